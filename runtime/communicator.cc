@@ -1,0 +1,358 @@
+#include "runtime/communicator.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <future>
+
+#include "runtime/error.h"
+#include "runtime/logging.h"
+#include "runtime/validation.h"
+#include "trace/tracer.h"
+
+namespace meshrt {
+namespace {
+
+std::atomic<uint64_t> next_comm_uid{0};
+
+}  // namespace
+
+Communicator::Communicator(trace::CommInfo info, std::unique_ptr<Backend> backend,
+                           std::shared_ptr<void> resources)
+    : backend_(std::move(backend)), resources_(std::move(resources)) {
+  info.uid = next_comm_uid.fetch_add(1);
+  info.backend = std::string(backend_->name());
+  if (info.description.empty()) info.description = info.name;
+  if (info.timeout_ms <= 0) info.timeout_ms = kDefaultOpTimeout.count();
+  info_ = std::make_shared<const trace::CommInfo>(std::move(info));
+  log().debug("communicator '{}' ({}): rank {} of {}, global ranks [{}]", info_->name,
+              info_->backend, info_->rank, info_->global_ranks.size(),
+              fmt::join(info_->global_ranks, ","));
+}
+
+Communicator::~Communicator() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+uint64_t Communicator::collective_seq() const {
+  std::lock_guard lock(mu_);
+  return collective_seq_;
+}
+uint64_t Communicator::p2p_seq() const {
+  std::lock_guard lock(mu_);
+  return p2p_seq_;
+}
+uint64_t Communicator::op_seq() const {
+  std::lock_guard lock(mu_);
+  return op_seq_;
+}
+
+WorkHandle Communicator::enqueue(Op op, OpOptions options) {
+  op.timeout = options.timeout.count() != 0 ? options.timeout : timeout();
+  validate_op(op, *info_, /*accepts_cuda=*/false);
+
+  trace::OpRecord rec;
+  rec.comm = info_;
+  rec.op = op_kind_name(op.kind);
+  rec.is_p2p = is_p2p(op.kind);
+  if (op.kind != OpKind::kBarrier) {
+    const BufferView& b = op.kind == OpKind::kBatchP2P ? op.p2p.front().buffer : op.input;
+    rec.dtype =
+        dtype_name(op.kind == OpKind::kScatter && op.root != rank() ? op.output.dtype : b.dtype);
+  }
+  if (op.kind == OpKind::kAllReduce || op.kind == OpKind::kReduce ||
+      op.kind == OpKind::kReduceScatter) {
+    rec.reduce_op = reduce_op_name(op.reduce_op);
+  }
+  rec.input_count = op.input.count;
+  rec.output_count = op.output.count;
+  rec.bytes = message_bytes(op, size(), rank());
+  rec.root_or_peer = op.root;
+  rec.timeout_ms = op.timeout.count();
+  rec.created_wall_ns = trace::wall_now_ns();
+
+  WorkHandle work;
+  {
+    std::lock_guard lock(mu_);
+    // Numbered like PyTorch's Flight Recorder: collectives and p2p ops count separately, each
+    // record carries the current value of the other counter.
+    if (rec.is_p2p) {
+      ++p2p_seq_;
+    } else {
+      ++collective_seq_;
+    }
+    rec.collective_seq = collective_seq_;
+    rec.p2p_seq = p2p_seq_;
+    rec.op_seq = ++op_seq_;
+    op.op_seq = rec.op_seq;
+    op.collective_seq = rec.collective_seq;
+    rec.enqueue_ns = trace::steady_now_ns();
+    work = std::make_shared<Work>(std::move(rec));
+    if (aborted_) {
+      work->mark_failed(Error(ErrorCode::kAborted,
+                              {global_rank(), name(), std::string(op_kind_name(op.kind)),
+                               static_cast<int64_t>(op.op_seq)},
+                              "the communicator was aborted"));
+      return work;
+    }
+    if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
+    queue_.push_back(Task{std::move(op), work, nullptr});
+  }
+  trace::emit_enqueue(work->record());
+  cv_.notify_one();
+  return work;
+}
+
+void Communicator::post_job(std::function<void()> job) {
+  {
+    std::lock_guard lock(mu_);
+    if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
+    queue_.push_back(Task{Op{}, nullptr, std::move(job)});
+  }
+  cv_.notify_one();
+}
+
+void Communicator::worker_loop() {
+  set_log_thread_rank(global_rank());
+  for (;;) {
+    Task task;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    run_task(task);
+  }
+}
+
+void Communicator::run_task(Task& task) {
+  if (task.job) {
+    task.job();
+    return;
+  }
+  Work& work = *task.work;
+  const Op& op = task.op;
+  auto context = [&] {
+    return ErrorContext{global_rank(), name(), std::string(op_kind_name(op.kind)),
+                        static_cast<int64_t>(op.op_seq)};
+  };
+  {
+    std::lock_guard lock(mu_);
+    if (aborted_) {
+      work.mark_failed(Error(ErrorCode::kAborted, context(), "the communicator was aborted"));
+      return;
+    }
+  }
+  work.mark_started();
+  try {
+    backend_->run(op);
+    work.mark_completed();
+  } catch (const Error& e) {
+    // Backends know the failure but not the op's identity: add it.
+    Error full(e.code(), context(), e.detail());
+    log().error("{}", full.what());
+    work.mark_failed(std::move(full));
+  } catch (const std::exception& e) {
+    Error full(ErrorCode::kBackend, context(), e.what());
+    log().error("{}", full.what());
+    work.mark_failed(std::move(full));
+  }
+}
+
+WorkHandle Communicator::all_reduce(BufferView data, ReduceOp op, OpOptions options) {
+  Op o;
+  o.kind = OpKind::kAllReduce;
+  o.input = o.output = data;
+  o.reduce_op = op;
+  return enqueue(std::move(o), options);
+}
+
+WorkHandle Communicator::broadcast(BufferView data, int root, OpOptions options) {
+  Op o;
+  o.kind = OpKind::kBroadcast;
+  o.input = o.output = data;
+  o.root = root;
+  return enqueue(std::move(o), options);
+}
+
+WorkHandle Communicator::reduce(BufferView data, int root, ReduceOp op, OpOptions options) {
+  Op o;
+  o.kind = OpKind::kReduce;
+  o.input = o.output = data;
+  o.root = root;
+  o.reduce_op = op;
+  return enqueue(std::move(o), options);
+}
+
+WorkHandle Communicator::all_gather(BufferView input, BufferView output, OpOptions options) {
+  Op o;
+  o.kind = OpKind::kAllGather;
+  o.input = input;
+  o.output = output;
+  return enqueue(std::move(o), options);
+}
+
+WorkHandle Communicator::reduce_scatter(BufferView input, BufferView output, ReduceOp op,
+                                        OpOptions options) {
+  Op o;
+  o.kind = OpKind::kReduceScatter;
+  o.input = input;
+  o.output = output;
+  o.reduce_op = op;
+  return enqueue(std::move(o), options);
+}
+
+WorkHandle Communicator::all_to_all(BufferView input, BufferView output, OpOptions options) {
+  Op o;
+  o.kind = OpKind::kAllToAll;
+  o.input = input;
+  o.output = output;
+  return enqueue(std::move(o), options);
+}
+
+WorkHandle Communicator::all_to_all(BufferView input, std::span<const size_t> input_splits,
+                                    BufferView output, std::span<const size_t> output_splits,
+                                    OpOptions options) {
+  Op o;
+  o.kind = OpKind::kAllToAll;
+  o.input = input;
+  o.output = output;
+  o.input_splits.assign(input_splits.begin(), input_splits.end());
+  o.output_splits.assign(output_splits.begin(), output_splits.end());
+  if (o.input_splits.empty() != o.output_splits.empty()) {
+    throw Error(ErrorCode::kInvalidArgument, {global_rank(), name(), "all_to_all", -1},
+                "give both input and output splits, or neither");
+  }
+  return enqueue(std::move(o), options);
+}
+
+WorkHandle Communicator::gather(BufferView input, BufferView output, int root, OpOptions options) {
+  Op o;
+  o.kind = OpKind::kGather;
+  o.input = input;
+  o.output = output;
+  o.root = root;
+  return enqueue(std::move(o), options);
+}
+
+WorkHandle Communicator::scatter(BufferView input, BufferView output, int root, OpOptions options) {
+  Op o;
+  o.kind = OpKind::kScatter;
+  o.input = input;
+  o.output = output;
+  o.root = root;
+  return enqueue(std::move(o), options);
+}
+
+WorkHandle Communicator::barrier(OpOptions options) {
+  Op o;
+  o.kind = OpKind::kBarrier;
+  return enqueue(std::move(o), options);
+}
+
+WorkHandle Communicator::send(BufferView data, int peer, int tag, OpOptions options) {
+  Op o;
+  o.kind = OpKind::kSend;
+  o.input = o.output = data;
+  o.root = peer;
+  o.tag = tag;
+  return enqueue(std::move(o), options);
+}
+
+WorkHandle Communicator::recv(BufferView data, int peer, int tag, OpOptions options) {
+  Op o;
+  o.kind = OpKind::kRecv;
+  o.input = o.output = data;
+  o.root = peer;
+  o.tag = tag;
+  return enqueue(std::move(o), options);
+}
+
+WorkHandle Communicator::batch_isend_irecv(std::span<const P2POp> ops, OpOptions options) {
+  Op o;
+  o.kind = OpKind::kBatchP2P;
+  o.p2p.assign(ops.begin(), ops.end());
+  return enqueue(std::move(o), options);
+}
+
+std::shared_ptr<Communicator> Communicator::split(int color, int key, CommOptions options) {
+  if (color < kNoColor) {
+    throw Error(ErrorCode::kInvalidArgument, {global_rank(), name(), "split", -1},
+                fmt::format("color {} is negative (use kNoColor to join no group)", color));
+  }
+  uint64_t index;
+  {
+    std::lock_guard lock(mu_);
+    index = ++splits_;
+  }
+  const auto timeout_ms = options.timeout.count() > 0 ? options.timeout : timeout();
+  // The exchange and the child's creation run on the worker, behind the ops already queued, so
+  // that split is ordered like any collective on this communicator.
+  auto result = std::make_shared<std::promise<std::shared_ptr<Communicator>>>();
+  auto future = result->get_future();
+  post_job([&, result, index] {
+    try {
+      std::array<int64_t, 2> mine{color, key};
+      std::vector<int64_t> all(2 * static_cast<size_t>(size()));
+      Op exchange;
+      exchange.kind = OpKind::kAllGather;
+      exchange.input = view(std::span<int64_t>(mine));
+      exchange.output = view(all);
+      exchange.timeout = timeout_ms;
+      backend_->run(exchange);
+      if (color == kNoColor) {
+        result->set_value(nullptr);
+        return;
+      }
+      std::vector<int> members;
+      for (int r = 0; r < size(); ++r) {
+        if (all[2 * r] == color) members.push_back(r);
+      }
+      std::stable_sort(members.begin(), members.end(),
+                       [&](int a, int b) { return all[2 * a + 1] < all[2 * b + 1]; });
+      SplitSpec spec;
+      spec.store_key = fmt::format("{}/split{}.c{}", info_->store_key, index, color);
+      spec.parent_ranks = members;
+      spec.rank =
+          static_cast<int>(std::find(members.begin(), members.end(), rank()) - members.begin());
+      spec.timeout = timeout_ms;
+      trace::CommInfo child;
+      child.store_key = spec.store_key;
+      child.name =
+          options.name.empty() ? fmt::format("{}/split{}.{}", name(), index, color) : options.name;
+      child.description = options.description;
+      for (int r : members) child.global_ranks.push_back(info_->global_ranks[r]);
+      child.rank = spec.rank;
+      child.global_rank = global_rank();
+      child.timeout_ms = timeout_ms.count();
+      result->set_value(
+          std::make_shared<Communicator>(std::move(child), backend_->split(spec), resources_));
+    } catch (const Error& e) {
+      result->set_exception(std::make_exception_ptr(
+          Error(e.code(), {global_rank(), name(), "split", -1}, e.detail())));
+    } catch (const std::exception& e) {
+      result->set_exception(std::make_exception_ptr(
+          Error(ErrorCode::kBackend, {global_rank(), name(), "split", -1}, e.what())));
+    }
+  });
+  return future.get();
+}
+
+void Communicator::abort() noexcept {
+  {
+    std::lock_guard lock(mu_);
+    aborted_ = true;
+  }
+  backend_->abort();
+}
+
+}  // namespace meshrt

@@ -1,0 +1,384 @@
+#include "runtime/gloo_backend.h"
+
+#include <fmt/format.h>
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
+#include <gloo/alltoallv.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/config.h>
+#include <gloo/gather.h>
+#include <gloo/reduce.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/scatter.h>
+#include <gloo/transport/tcp/device.h>
+#include <signal.h>
+
+#include <cstring>
+#include <mutex>
+
+#include "runtime/error.h"
+#include "runtime/gloo_store.h"
+#include "runtime/prefix_store.h"
+
+namespace meshrt {
+namespace {
+
+// Slot prefixes of our own ops; Gloo's algorithms use 0x01..0x08.
+constexpr uint8_t kP2PSlotPrefix = 0x20;
+constexpr uint8_t kReduceScatterSlotPrefix = 0x21;
+
+// Calls f(T{}) with the C++ element type of `dtype`: Gloo's setters are templates on it.
+template <typename F>
+void with_type(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kF32:
+      return f(float{});
+    case DType::kF64:
+      return f(double{});
+    case DType::kF16:
+      return f(Half{});
+    case DType::kBF16:
+      return f(BFloat16{});
+    case DType::kI8:
+      return f(int8_t{});
+    case DType::kU8:
+      return f(uint8_t{});
+    case DType::kI32:
+      return f(int32_t{});
+    case DType::kI64:
+      return f(int64_t{});
+  }
+}
+
+template <typename T>
+T* typed(const BufferView& b) {
+  return static_cast<T*>(b.data);
+}
+
+char* byte_at(const BufferView& b, size_t element) {
+  return static_cast<char*>(b.data) + element * dtype_size_bytes(b.dtype);
+}
+
+// Gloo reports failures as exceptions whose text says what happened; keep the text, pick a code.
+Error translate(const std::exception& e) {
+  const std::string what = e.what();
+  ErrorCode code = ErrorCode::kBackend;
+  if (what.find("Timed out") != std::string::npos || what.find("timed out") != std::string::npos) {
+    code = ErrorCode::kTimeout;
+  } else if (dynamic_cast<const gloo::IoException*>(&e) != nullptr) {
+    code = ErrorCode::kPeerFailure;
+  }
+  return Error(code, {}, "gloo: " + what);
+}
+
+// Gloo writes to sockets without MSG_NOSIGNAL: a peer that died would kill this process with
+// SIGPIPE instead of failing the op. Ignore it unless the program installed its own handler.
+void ignore_sigpipe() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction current {};
+    if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+      signal(SIGPIPE, SIG_IGN);
+    }
+  });
+}
+
+std::shared_ptr<gloo::transport::Device> make_device(const GlooConfig& config) {
+  ignore_sigpipe();
+  gloo::transport::tcp::attr attr;
+  if (!config.iface.empty()) {
+    attr.iface = config.iface;
+  } else {
+    attr.hostname = config.hostname.empty() ? "127.0.0.1" : config.hostname;
+  }
+  return gloo::transport::tcp::CreateDevice(attr);
+}
+
+std::shared_ptr<gloo::Context> connect(const std::shared_ptr<Store>& store, const std::string& key,
+                                       int rank, int size,
+                                       std::shared_ptr<gloo::transport::Device>& device,
+                                       std::chrono::milliseconds timeout) {
+  auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+  context->setTimeout(timeout);
+  GlooStore gloo_store(std::make_shared<PrefixStore>(key, store), timeout);
+  context->connectFullMesh(gloo_store, device);
+  return context;
+}
+
+class GlooBackend : public Backend {
+ public:
+  GlooBackend(std::shared_ptr<Store> store, std::shared_ptr<gloo::transport::Device> device,
+              std::shared_ptr<gloo::Context> context)
+      : store_(std::move(store)), device_(std::move(device)), context_(std::move(context)) {}
+
+  std::string_view name() const override { return "gloo"; }
+  std::string version() const override {
+    return fmt::format("gloo {}.{}.{}", GLOO_VERSION_MAJOR, GLOO_VERSION_MINOR, GLOO_VERSION_PATCH);
+  }
+
+  void run(const Op& op) override {
+    try {
+      dispatch(op);
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      // An escaping Gloo exception would abort the process: always translate.
+      throw translate(e);
+    }
+  }
+
+  std::unique_ptr<Backend> split(const SplitSpec& spec) override {
+    try {
+      auto context = connect(store_, spec.store_key, spec.rank,
+                             static_cast<int>(spec.parent_ranks.size()), device_, spec.timeout);
+      return std::make_unique<GlooBackend>(store_, device_, std::move(context));
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw translate(e);
+    }
+  }
+
+  void abort() noexcept override {
+    // Gloo cannot interrupt an algorithm in progress: it ends at its timeout. The communicator
+    // fails every op queued after the abort.
+  }
+
+ private:
+  uint32_t tag(const Op& op) const { return static_cast<uint32_t>(op.collective_seq); }
+
+  void dispatch(const Op& op) {
+    const auto timeout = op.timeout;
+    const DType dtype = op.kind == OpKind::kScatter ? op.output.dtype : op.input.dtype;
+    const size_t n = static_cast<size_t>(context_->size);
+    const int rank = context_->rank;
+    auto reducer = [dtype, r = op.reduce_op](void* c, const void* a, const void* b, size_t k) {
+      reduce_elements(dtype, r, c, a, b, k);
+    };
+    switch (op.kind) {
+      case OpKind::kAllReduce:
+        with_type(dtype, [&](auto t) {
+          using T = decltype(t);
+          gloo::AllreduceOptions o(context_);
+          o.setOutput(typed<T>(op.output), op.output.count);
+          o.setReduceFunction(reducer);
+          o.setTag(tag(op));
+          o.setTimeout(timeout);
+          gloo::allreduce(o);
+        });
+        if (op.reduce_op == ReduceOp::kAvg) {
+          divide_elements(dtype, op.output.data, op.output.count, n);
+        }
+        return;
+      case OpKind::kReduce:
+        with_type(dtype, [&](auto t) {
+          using T = decltype(t);
+          gloo::ReduceOptions o(context_);
+          o.setInput(typed<T>(op.input), op.input.count);
+          // Gloo reduces through the output on every rank; non-roots keep their buffer intact
+          // (NCCL's semantics) by lending it scratch memory instead.
+          T* out = typed<T>(op.output);
+          if (rank != op.root) {
+            scratch_.resize(op.output.bytes());
+            out = reinterpret_cast<T*>(scratch_.data());
+          }
+          o.setOutput(out, op.output.count);
+          o.setRoot(op.root);
+          o.setReduceFunction(reducer);
+          o.setTag(tag(op));
+          o.setTimeout(timeout);
+          gloo::reduce(o);
+        });
+        if (op.reduce_op == ReduceOp::kAvg && rank == op.root) {
+          divide_elements(dtype, op.output.data, op.output.count, n);
+        }
+        return;
+      case OpKind::kBroadcast:
+        with_type(dtype, [&](auto t) {
+          using T = decltype(t);
+          gloo::BroadcastOptions o(context_);
+          o.setOutput(typed<T>(op.output), op.output.count);
+          o.setRoot(op.root);
+          o.setTag(tag(op));
+          o.setTimeout(timeout);
+          gloo::broadcast(o);
+        });
+        return;
+      case OpKind::kAllGather:
+        with_type(dtype, [&](auto t) {
+          using T = decltype(t);
+          gloo::AllgatherOptions o(context_);
+          // Gloo copies the input into the output itself; an input that already is this rank's
+          // block of the output (in-place) is passed as output only.
+          if (op.input.data != byte_at(op.output, rank * op.input.count)) {
+            o.setInput(typed<T>(op.input), op.input.count);
+          }
+          o.setOutput(typed<T>(op.output), op.output.count);
+          o.setTag(tag(op));
+          o.setTimeout(timeout);
+          gloo::allgather(o);
+        });
+        return;
+      case OpKind::kReduceScatter:
+        return reduce_scatter_ring(op);
+      case OpKind::kAllToAll:
+        with_type(dtype, [&](auto t) {
+          using T = decltype(t);
+          if (op.input_splits.empty()) {
+            gloo::AlltoallOptions o(context_);
+            o.setInput(typed<T>(op.input), op.input.count);
+            o.setOutput(typed<T>(op.output), op.output.count);
+            o.setTag(tag(op));
+            o.setTimeout(timeout);
+            gloo::alltoall(o);
+          } else {
+            gloo::AlltoallvOptions o(context_);
+            o.setInput(typed<T>(op.input),
+                       std::vector<int64_t>(op.input_splits.begin(), op.input_splits.end()));
+            o.setOutput(typed<T>(op.output),
+                        std::vector<int64_t>(op.output_splits.begin(), op.output_splits.end()));
+            o.setTag(tag(op));
+            o.setTimeout(timeout);
+            gloo::alltoallv(o);
+          }
+        });
+        return;
+      case OpKind::kGather:
+        with_type(dtype, [&](auto t) {
+          using T = decltype(t);
+          gloo::GatherOptions o(context_);
+          o.setInput(typed<T>(op.input), op.input.count);
+          if (rank == op.root) o.setOutput(typed<T>(op.output), op.output.count);
+          o.setRoot(op.root);
+          o.setTag(tag(op));
+          o.setTimeout(timeout);
+          gloo::gather(o);
+        });
+        return;
+      case OpKind::kScatter:
+        with_type(dtype, [&](auto t) {
+          using T = decltype(t);
+          gloo::ScatterOptions o(context_);
+          if (rank == op.root) {
+            std::vector<T*> blocks(n);
+            for (size_t j = 0; j < n; ++j) blocks[j] = typed<T>(op.input) + j * op.output.count;
+            o.setInputs(blocks, op.output.count);
+          }
+          o.setOutput(typed<T>(op.output), op.output.count);
+          o.setRoot(op.root);
+          o.setTag(tag(op));
+          o.setTimeout(timeout);
+          gloo::scatter(o);
+        });
+        return;
+      case OpKind::kBarrier: {
+        gloo::BarrierOptions o(context_);
+        o.setTag(tag(op));
+        o.setTimeout(timeout);
+        gloo::barrier(o);
+        return;
+      }
+      case OpKind::kSend:
+        return p2p({P2POp{P2POp::Dir::kSend, op.input, op.root, op.tag}}, timeout);
+      case OpKind::kRecv:
+        return p2p({P2POp{P2POp::Dir::kRecv, op.input, op.root, op.tag}}, timeout);
+      case OpKind::kBatchP2P:
+        return p2p(op.p2p, timeout);
+    }
+  }
+
+  // All sends and receives are posted before any is waited on, so a batch never deadlocks on its
+  // own order. Messages between a pair with the same tag match in posting order.
+  void p2p(const std::vector<P2POp>& ops, std::chrono::milliseconds timeout) {
+    std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> bufs;
+    bufs.reserve(ops.size());
+    for (const P2POp& p : ops) {
+      bufs.push_back(context_->createUnboundBuffer(p.buffer.data, p.buffer.bytes()));
+      const uint64_t slot = gloo::Slot::build(kP2PSlotPrefix, static_cast<uint32_t>(p.tag));
+      if (p.dir == P2POp::Dir::kSend) {
+        bufs.back()->send(p.peer, slot);
+      } else {
+        bufs.back()->recv(p.peer, slot);
+      }
+    }
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (ops[i].dir == P2POp::Dir::kSend) {
+        bufs[i]->waitSend(deadline);
+      } else {
+        bufs[i]->waitRecv(deadline);
+      }
+    }
+  }
+
+  // Ring reduce-scatter: n-1 steps, each sends one partially reduced block to the right neighbour
+  // and reduces the block arriving from the left, so every rank moves (n-1)/n of the input once.
+  // Debian's Gloo has no reduce_scatter, and all_reduce-then-slice moves twice the bytes.
+  void reduce_scatter_ring(const Op& op) {
+    const int n = context_->size;
+    const int rank = context_->rank;
+    const DType dtype = op.input.dtype;
+    const size_t count = op.output.count;
+    const size_t bytes = op.output.bytes();
+    if (n == 1) {
+      if (op.output.data != op.input.data) std::memmove(op.output.data, op.input.data, bytes);
+      return;
+    }
+    const int right = (rank + 1) % n;
+    const int left = (rank + n - 1) % n;
+    auto block = [&](int i) {
+      return byte_at(op.input, static_cast<size_t>((i % n + n) % n) * count);
+    };
+    // acc_[0..1]: partial sums, alternated so the block in flight is never overwritten.
+    for (auto& a : acc_) a.resize(bytes);
+    recv_.resize(bytes);
+    auto recv_buf = context_->createUnboundBuffer(recv_.data(), bytes);
+    std::unique_ptr<gloo::transport::UnboundBuffer> send_buf;
+    // One slot for the whole op: messages between a pair on one slot match in order.
+    const uint64_t slot = gloo::Slot::build(kReduceScatterSlotPrefix, tag(op));
+    const auto deadline = std::chrono::steady_clock::now() + op.timeout;
+    const char* outgoing = block(rank - 1);
+    for (int step = 0; step < n - 1; ++step) {
+      send_buf = context_->createUnboundBuffer(const_cast<char*>(outgoing), bytes);
+      send_buf->send(right, slot);
+      recv_buf->recv(left, slot);
+      recv_buf->waitRecv(deadline);
+      const bool last = step == n - 2;
+      char* target = last ? static_cast<char*>(op.output.data) : acc_[step % 2].data();
+      // The last step writes the output, which may alias this rank's input block: that block is
+      // read only here, as the second operand, element by element.
+      reduce_elements(dtype, op.reduce_op, target, recv_.data(), block(rank - step - 2), count);
+      send_buf->waitSend(deadline);
+      outgoing = target;
+    }
+    if (op.reduce_op == ReduceOp::kAvg) divide_elements(dtype, op.output.data, count, n);
+  }
+
+  std::shared_ptr<Store> store_;
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<gloo::Context> context_;
+  std::vector<char> acc_[2];  // Reused across ops.
+  std::vector<char> recv_;
+  std::vector<char> scratch_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_gloo_backend(const GlooConfig& config) {
+  try {
+    auto device = make_device(config);
+    auto context =
+        connect(config.store, config.store_key, config.rank, config.size, device, config.timeout);
+    return std::make_unique<GlooBackend>(config.store, std::move(device), std::move(context));
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    Error t = translate(e);
+    throw Error(t.code(), {config.rank, config.store_key, "connect", -1}, t.detail());
+  }
+}
+
+}  // namespace meshrt

@@ -1,0 +1,28 @@
+// The Gloo backend (CPU, the default): libgloo's TCP transport, connected through meshrt's store.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "runtime/backend.h"
+#include "runtime/store.h"
+
+namespace meshrt {
+
+// Where and how a Gloo communicator connects.
+struct GlooConfig {
+  std::shared_ptr<Store> store;  // Rendezvous store; connection keys go under `store_key`.
+  std::string store_key;         // Unique per communicator, equal on its members.
+  std::string hostname;          // Address to listen on, e.g. "127.0.0.1"; or
+  std::string iface;             // a network interface such as "lo" (wins over hostname).
+  int rank = 0;
+  int size = 1;
+  std::chrono::milliseconds timeout{0};
+};
+
+// Connects a full mesh of Gloo pairs among the `size` ranks (a collective over them) and returns
+// the backend. Throws Error naming the store key on failure or timeout.
+std::unique_ptr<Backend> make_gloo_backend(const GlooConfig& config);
+
+}  // namespace meshrt

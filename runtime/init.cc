@@ -1,0 +1,219 @@
+#include "runtime/init.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <cstdlib>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <vector>
+
+#include "runtime/error.h"
+#include "runtime/gloo_backend.h"
+#include "runtime/logging.h"
+#include "runtime/prefix_store.h"
+#include "runtime/tcp_store.h"
+#include "runtime/tcp_store_server.h"
+
+namespace meshrt {
+namespace {
+
+std::optional<std::string> env(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr) return std::nullopt;
+  return std::string(v);
+}
+
+// One launcher's variables: names in the order rank, size, local rank, local size.
+struct EnvSource {
+  const char* source;
+  std::array<const char*, 4> names;
+};
+
+constexpr EnvSource kSources[] = {
+    {"torchrun", {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}},
+    {"openmpi",
+     {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+      "OMPI_COMM_WORLD_LOCAL_SIZE"}},
+    {"slurm", {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"}},
+};
+
+std::string found_summary() {
+  std::vector<std::string> found;
+  for (const EnvSource& s : kSources) {
+    for (const char* n : s.names) {
+      if (auto v = env(n)) found.push_back(fmt::format("{}={}", n, *v));
+    }
+  }
+  for (const char* n : {"MASTER_ADDR", "MASTER_PORT", "SLURM_LAUNCH_NODE_IPADDR"}) {
+    if (auto v = env(n)) found.push_back(fmt::format("{}={}", n, *v));
+  }
+  return found.empty() ? "none of them" : fmt::format("{}", fmt::join(found, " "));
+}
+
+[[noreturn]] void fail_env(const std::string& problem) {
+  throw Error(ErrorCode::kInvalidArgument, {-1, "", "init", -1},
+              fmt::format("{}. Needed: RANK and WORLD_SIZE (torchrun/meshrun), or "
+                          "OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE (mpirun), or "
+                          "SLURM_PROCID and SLURM_NTASKS (srun); plus MASTER_ADDR and "
+                          "MASTER_PORT. Found: {}",
+                          problem, found_summary()));
+}
+
+int64_t parse_int(const char* name, const std::string& value) {
+  int64_t out = 0;
+  const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), out);
+  if (ec != std::errc() || ptr != value.data() + value.size()) {
+    fail_env(fmt::format("{}='{}' is not an integer", name, value));
+  }
+  return out;
+}
+
+std::optional<int64_t> env_int(const char* name) {
+  auto v = env(name);
+  if (!v) return std::nullopt;
+  return parse_int(name, *v);
+}
+
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
+// The world's resources that must outlive every communicator of the job.
+struct WorldResources {
+  std::unique_ptr<TcpStoreServer> server;
+  std::shared_ptr<Store> store;
+};
+
+}  // namespace
+
+InitOptions init_options_from_env() {
+  InitOptions o;
+  const EnvSource* chosen = nullptr;
+  for (const EnvSource& s : kSources) {
+    if (env(s.names[0]) || env(s.names[1])) {
+      chosen = &s;
+      break;
+    }
+  }
+  if (chosen == nullptr) fail_env("no launcher environment found");
+  const auto rank = env_int(chosen->names[0]);
+  const auto size = env_int(chosen->names[1]);
+  if (!rank || !size) {
+    fail_env(fmt::format("{} sets {} but not {}", chosen->source,
+                         rank ? chosen->names[0] : chosen->names[1],
+                         rank ? chosen->names[1] : chosen->names[0]));
+  }
+  o.source = chosen->source;
+  o.rank = static_cast<int>(*rank);
+  o.world_size = static_cast<int>(*size);
+  if (o.world_size < 1) fail_env(fmt::format("{}={} < 1", chosen->names[1], o.world_size));
+  if (o.rank < 0 || o.rank >= o.world_size) {
+    fail_env(fmt::format("{}={} is outside [0, {}={})", chosen->names[0], o.rank, chosen->names[1],
+                         o.world_size));
+  }
+  if (auto lr = env_int(chosen->names[2])) o.local_rank = static_cast<int>(*lr);
+  // Slurm writes SLURM_NTASKS_PER_NODE like "4(x2)": only a plain number is taken.
+  if (auto ls = env(chosen->names[3]); ls && ls->find('(') == std::string::npos) {
+    o.local_world_size = static_cast<int>(parse_int(chosen->names[3], *ls));
+  }
+  if (o.local_rank >= 0 && o.local_world_size > 0 && o.local_rank >= o.local_world_size) {
+    fail_env(fmt::format("{}={} is outside [0, {}={})", chosen->names[2], o.local_rank,
+                         chosen->names[3], o.local_world_size));
+  }
+
+  const bool torchrun = std::string_view(chosen->source) == "torchrun";
+  auto addr = env("MASTER_ADDR");
+  if (!addr && std::string_view(chosen->source) == "slurm") addr = env("SLURM_LAUNCH_NODE_IPADDR");
+  auto port = env_int("MASTER_PORT");
+  if (!port && !torchrun) port = 29500;
+  if (o.world_size > 1 && (!addr || !port)) {
+    fail_env(fmt::format("{} is not set", !addr ? "MASTER_ADDR" : "MASTER_PORT"));
+  }
+  o.master_addr = addr.value_or("127.0.0.1");
+  if (port && (*port < 0 || *port > 65535))
+    fail_env(fmt::format("MASTER_PORT={} is not a port", *port));
+  o.master_port = static_cast<uint16_t>(port.value_or(0));
+
+  if (auto id = env("MESHRT_RUN_ID")) {
+    o.run_id = *id;
+  } else if (auto tid = env("TORCHELASTIC_RUN_ID")) {
+    o.run_id = *tid;
+  }
+  o.host_store = env("MESHRT_STORE_EXTERNAL").value_or("0") != "1";
+  if (auto i = env("MESHRT_GLOO_IFNAME")) {
+    o.gloo_iface = *i;
+  } else if (auto gi = env("GLOO_SOCKET_IFNAME")) {
+    o.gloo_iface = *gi;
+  }
+  if (auto t = env_int("MESHRT_TIMEOUT_MS")) o.timeout = std::chrono::milliseconds(*t);
+  if (auto t = env_int("MESHRT_INIT_TIMEOUT_MS")) o.init_timeout = std::chrono::milliseconds(*t);
+  return o;
+}
+
+std::shared_ptr<Communicator> init(const InitOptions& o) {
+  if (o.world_size < 1 || o.rank < 0 || o.rank >= o.world_size) {
+    throw Error(ErrorCode::kInvalidArgument, {o.rank, "", "init", -1},
+                fmt::format("rank {} and world size {} do not fit", o.rank, o.world_size));
+  }
+  set_log_rank(o.rank);
+  auto resources = std::make_shared<WorldResources>();
+  std::string host = o.master_addr.empty() ? "127.0.0.1" : o.master_addr;
+  uint16_t port = o.master_port;
+  if (o.rank == 0 && o.host_store) {
+    TcpStoreServerOptions so;
+    so.host = host;
+    so.port = port;
+    resources->server = std::make_unique<TcpStoreServer>(so);
+    port = resources->server->port();
+  }
+  if (port == 0) {
+    throw Error(ErrorCode::kInvalidArgument, {o.rank, "", "init", -1},
+                "MASTER_PORT is needed to reach the store hosted elsewhere");
+  }
+  TcpStoreOptions co;
+  co.host = host;
+  co.port = port;
+  co.connect_timeout = o.init_timeout;
+  co.timeout = o.init_timeout;
+  auto client = std::make_shared<TcpStore>(co);
+  resources->store = std::make_shared<PrefixStore>("meshrt/" + o.run_id, client);
+  log().info("joining run '{}' as rank {} of {} (from {}), store {}:{}", o.run_id, o.rank,
+             o.world_size, o.source, host, port);
+
+  GlooConfig g;
+  g.store = resources->store;
+  g.store_key = "world";
+  g.iface = o.gloo_iface;
+  if (g.iface.empty()) {
+    // Loopback jobs stay on loopback; otherwise peers reach us by our host name.
+    if (is_loopback(host)) {
+      g.hostname = "127.0.0.1";
+    } else {
+      char name[256] = {};
+      gethostname(name, sizeof(name) - 1);
+      g.hostname = name;
+    }
+  }
+  g.rank = o.rank;
+  g.size = o.world_size;
+  g.timeout = o.init_timeout;
+  auto backend = make_gloo_backend(g);
+
+  trace::CommInfo info;
+  info.store_key = "world";
+  info.name = "world";
+  info.description = "default_pg";
+  info.global_ranks.resize(o.world_size);
+  std::iota(info.global_ranks.begin(), info.global_ranks.end(), 0);
+  info.rank = o.rank;
+  info.global_rank = o.rank;
+  info.timeout_ms = o.timeout.count();
+  return std::make_shared<Communicator>(std::move(info), std::move(backend), resources);
+}
+
+std::shared_ptr<Communicator> init() { return init(init_options_from_env()); }
+
+}  // namespace meshrt

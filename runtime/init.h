@@ -1,0 +1,47 @@
+// Joining a job: rank and world from torchrun's, OpenMPI's or Slurm's environment (or from code),
+// the rendezvous store, and the world communicator.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "runtime/communicator.h"
+
+namespace meshrt {
+
+// Everything init() needs. init_options_from_env() fills it from the environment.
+struct InitOptions {
+  int rank = -1;
+  int world_size = -1;
+  int local_rank = -1;        // Rank on this node; -1 when unknown.
+  int local_world_size = -1;  // Ranks on this node; -1 when unknown.
+  std::string master_addr;    // Host of the rendezvous store.
+  uint16_t master_port = 0;
+  std::string run_id = "default";  // Namespaces the store keys of one job (attempt).
+  bool host_store = true;          // Rank 0 hosts the store; false when a launcher does.
+  std::string gloo_iface;          // Gloo's interface ("lo"); empty: derived from master_addr.
+  std::chrono::milliseconds timeout = kDefaultOpTimeout;            // Default op timeout.
+  std::chrono::milliseconds init_timeout{std::chrono::minutes(5)};  // Rendezvous deadline.
+  std::string source = "explicit";  // Where the values came from: torchrun, openmpi, slurm.
+};
+
+// Reads, in this order of preference: torchrun's RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE;
+// OpenMPI's OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE}; Slurm's SLURM_PROCID, SLURM_NTASKS,
+// SLURM_LOCALID. Then MASTER_ADDR and MASTER_PORT (Slurm: SLURM_LAUNCH_NODE_IPADDR as address;
+// OpenMPI and Slurm: port 29500 by default), MESHRT_RUN_ID (or TORCHELASTIC_RUN_ID),
+// MESHRT_STORE_EXTERNAL=1 (a launcher hosts the store), MESHRT_GLOO_IFNAME (or
+// GLOO_SOCKET_IFNAME), MESHRT_TIMEOUT_MS and MESHRT_INIT_TIMEOUT_MS. A missing or inconsistent
+// value throws Error(kInvalidArgument) listing what was found and what is needed.
+InitOptions init_options_from_env();
+
+// Joins the job over Gloo and returns the world communicator ("world", description
+// "default_pg"). Rank 0 hosts the store unless options.host_store is false. Collective over
+// all ranks; throws Error(kTimeout) if they do not all arrive within options.init_timeout.
+std::shared_ptr<Communicator> init(const InitOptions& options);
+
+// init(init_options_from_env()).
+std::shared_ptr<Communicator> init();
+
+}  // namespace meshrt

@@ -1,0 +1,31 @@
+// The in-process backend: ranks are threads of one process sharing memory. Same semantics and
+// validation as the network backends, for tests and for simulating large worlds in one process.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/communicator.h"
+
+namespace meshrt {
+
+// Options of an in-process world.
+struct InprocOptions {
+  std::string name = "world";
+  std::chrono::milliseconds timeout = kDefaultOpTimeout;  // Default op timeout.
+};
+
+// Creates the world communicators of `world_size` in-process ranks; element r belongs to rank r and
+// must be used from one thread per rank (collectives block until every rank joined).
+std::vector<std::shared_ptr<Communicator>> make_inproc_world(int world_size,
+                                                             InprocOptions options = {});
+
+// Runs `fn(world)` on `world_size` threads, one per rank, and joins them. If any rank throws, the
+// first exception (by rank) is rethrown after all threads ended.
+void run_inproc(int world_size, const std::function<void(Communicator& world)>& fn,
+                InprocOptions options = {});
+
+}  // namespace meshrt

@@ -1,0 +1,132 @@
+#include "runtime/reduce_op.h"
+
+#include <algorithm>
+
+namespace meshrt {
+namespace {
+
+template <typename T, typename F>
+void apply(void* out, const void* a, const void* b, size_t n, F f) {
+  T* o = static_cast<T*>(out);
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  for (size_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
+}
+
+template <typename T>
+void reduce_native(ReduceOp op, void* out, const void* a, const void* b, size_t n) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:
+      // Integer sums wrap like NCCL's: compute in the unsigned type to keep that defined.
+      if constexpr (std::is_integral_v<T>) {
+        using U = std::make_unsigned_t<T>;
+        return apply<T>(out, a, b, n, [](T x, T y) { return T(U(x) + U(y)); });
+      } else {
+        return apply<T>(out, a, b, n, [](T x, T y) { return x + y; });
+      }
+    case ReduceOp::kProd:
+      if constexpr (std::is_integral_v<T>) {
+        using U = std::make_unsigned_t<T>;
+        return apply<T>(out, a, b, n, [](T x, T y) { return T(U(x) * U(y)); });
+      } else {
+        return apply<T>(out, a, b, n, [](T x, T y) { return x * y; });
+      }
+    case ReduceOp::kMin:
+      return apply<T>(out, a, b, n, [](T x, T y) { return std::min(x, y); });
+    case ReduceOp::kMax:
+      return apply<T>(out, a, b, n, [](T x, T y) { return std::max(x, y); });
+  }
+}
+
+// 16-bit floats reduce in float and round once per element, as NCCL does on the host side.
+template <typename T, typename ToFloat, typename FromFloat>
+void reduce_16(ReduceOp op, void* out, const void* a, const void* b, size_t n, ToFloat to,
+               FromFloat from) {
+  auto run = [&](auto f) {
+    apply<T>(out, a, b, n, [&](T x, T y) { return from(f(to(x), to(y))); });
+  };
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:
+      return run([](float x, float y) { return x + y; });
+    case ReduceOp::kProd:
+      return run([](float x, float y) { return x * y; });
+    case ReduceOp::kMin:
+      return run([](float x, float y) { return std::min(x, y); });
+    case ReduceOp::kMax:
+      return run([](float x, float y) { return std::max(x, y); });
+  }
+}
+
+}  // namespace
+
+std::string_view reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kProd:
+      return "prod";
+    case ReduceOp::kMin:
+      return "min";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kAvg:
+      return "avg";
+  }
+  return "unknown";
+}
+
+void reduce_elements(DType dtype, ReduceOp op, void* out, const void* a, const void* b, size_t n) {
+  switch (dtype) {
+    case DType::kF32:
+      return reduce_native<float>(op, out, a, b, n);
+    case DType::kF64:
+      return reduce_native<double>(op, out, a, b, n);
+    case DType::kI8:
+      return reduce_native<int8_t>(op, out, a, b, n);
+    case DType::kU8:
+      return reduce_native<uint8_t>(op, out, a, b, n);
+    case DType::kI32:
+      return reduce_native<int32_t>(op, out, a, b, n);
+    case DType::kI64:
+      return reduce_native<int64_t>(op, out, a, b, n);
+    case DType::kF16:
+      return reduce_16<Half>(
+          op, out, a, b, n, [](Half h) { return to_float(h); }, to_half);
+    case DType::kBF16:
+      return reduce_16<BFloat16>(
+          op, out, a, b, n, [](BFloat16 h) { return to_float(h); }, to_bfloat16);
+  }
+}
+
+void divide_elements(DType dtype, void* data, size_t n, size_t divisor) {
+  const double d = static_cast<double>(divisor);
+  switch (dtype) {
+    case DType::kF32: {
+      float* p = static_cast<float*>(data);
+      const float df = static_cast<float>(divisor);
+      for (size_t i = 0; i < n; ++i) p[i] /= df;
+      return;
+    }
+    case DType::kF64: {
+      double* p = static_cast<double*>(data);
+      for (size_t i = 0; i < n; ++i) p[i] /= d;
+      return;
+    }
+    case DType::kF16: {
+      Half* p = static_cast<Half*>(data);
+      for (size_t i = 0; i < n; ++i) p[i] = to_half(to_float(p[i]) / static_cast<float>(d));
+      return;
+    }
+    case DType::kBF16: {
+      BFloat16* p = static_cast<BFloat16*>(data);
+      for (size_t i = 0; i < n; ++i) p[i] = to_bfloat16(to_float(p[i]) / static_cast<float>(d));
+      return;
+    }
+    default:
+      return;  // Validation rejects kAvg on integer dtypes.
+  }
+}
+
+}  // namespace meshrt

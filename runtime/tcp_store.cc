@@ -1,0 +1,376 @@
+#include "runtime/tcp_store.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <mutex>
+#include <optional>
+#include <string_view>
+#include <thread>
+#include <utility>
+
+// Asio after the standard headers: Boost 1.74 uses std::exchange without including <utility>.
+#include <boost/asio.hpp>
+
+#include "runtime/error.h"
+#include "runtime/store_protocol.h"
+
+namespace meshrt {
+namespace {
+
+namespace asio = boost::asio;
+namespace proto = store_protocol;
+using asio::ip::tcp;
+using boost::system::error_code;
+using proto::Command;
+using proto::Status;
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+// How long past a blocking call's own timeout the client waits for the server's reply: the
+// server answers at the timeout itself, so this only catches a hung or unreachable server.
+constexpr milliseconds kReplyMargin{2000};
+// Longer timeouts are clamped here; it keeps deadline arithmetic far from overflow.
+constexpr milliseconds kMaxTimeout{int64_t{365} * 24 * 3600 * 1000};
+// Connect retry backoff: starts fast for the common "server is a moment late" case.
+constexpr milliseconds kFirstRetryDelay{10};
+constexpr milliseconds kMaxRetryDelay{500};
+// Receive buffers that grew past this for one big reply are released afterwards.
+constexpr size_t kKeepBufferBytes = size_t{1} << 20;
+
+milliseconds clamp_timeout(milliseconds timeout) {
+  return std::clamp(timeout, milliseconds{0}, kMaxTimeout);
+}
+
+std::string format_host_port(const std::string& host, uint16_t port) {
+  if (host.find(':') != std::string::npos) return fmt::format("[{}]:{}", host, port);
+  return fmt::format("{}:{}", host, port);
+}
+
+ErrorContext context_for(Command command) {
+  return proto::op_context(fmt::format("store.{}", proto::command_name(command)));
+}
+
+ErrorCode code_for(Status status) {
+  switch (status) {
+    case Status::kTimeout:
+      return ErrorCode::kTimeout;
+    case Status::kInvalidArgument:
+      return ErrorCode::kInvalidArgument;
+    default:
+      return ErrorCode::kStore;
+  }
+}
+
+// " of key 'a'" / " of keys [...]" / "" for keyless commands.
+std::string of_keys(std::span<const std::string> keys) {
+  return keys.empty() ? std::string() : " of " + proto::describe_keys(keys);
+}
+
+}  // namespace
+
+class TcpStore::Impl {
+ public:
+  explicit Impl(TcpStoreOptions options)
+      : options_(std::move(options)), address_(format_host_port(options_.host, options_.port)) {
+    connect();
+  }
+
+  const TcpStoreOptions& options() const { return options_; }
+  const std::string& address() const { return address_; }
+
+  // Sends one request and decodes its ok reply. `build` writes the arguments after the command
+  // byte, `parse` reads the reply payload; the whole exchange must finish within `wait` plus a
+  // margin. `keys` only name the request in error messages.
+  template <typename Build, typename Parse>
+  auto call(Command command, std::span<const std::string> keys, milliseconds wait, Build&& build,
+            Parse&& parse) {
+    std::lock_guard lock(mu_);
+    {
+      proto::FrameWriter w(out_);
+      w.u8(static_cast<uint8_t>(command));
+      build(w);
+      w.finish();
+    }
+    proto::FrameReader r = exchange(command, keys, wait);
+    try {
+      auto result = parse(r);
+      release_big_buffers();
+      return result;
+    } catch (const Error& e) {
+      // A reply we cannot decode means the stream is out of step; start over on a new one.
+      close();
+      throw Error(
+          ErrorCode::kStore, context_for(command),
+          fmt::format("bad reply from store {}{}: {}", address_, of_keys(keys), e.detail()));
+    }
+  }
+
+ private:
+  // Runs one async operation until it completes or `deadline` passes. On the deadline the
+  // socket is closed (cancelling the operation) and timed_out is returned.
+  template <typename Start>
+  error_code run_until(Start&& start, Clock::time_point deadline) {
+    std::optional<error_code> result;
+    start([&result](const error_code& ec, auto&&...) { result = ec; });
+    io_.restart();
+    io_.run_until(deadline);
+    if (!result) {
+      close();
+      // Let the cancelled operation finish so its handler never runs after `result` is gone.
+      io_.restart();
+      io_.run();
+      return asio::error::timed_out;
+    }
+    return *result;
+  }
+
+  void connect() {
+    const Clock::time_point deadline = Clock::now() + clamp_timeout(options_.connect_timeout);
+    milliseconds retry_delay = kFirstRetryDelay;
+    error_code last_ec;
+    tcp::resolver resolver(io_);
+    for (;;) {
+      error_code ec;
+      auto endpoints = resolver.resolve(options_.host, std::to_string(options_.port),
+                                        tcp::resolver::numeric_service, ec);
+      if (ec) last_ec = ec;
+      for (const auto& entry : endpoints) {
+        close();
+        ec = run_until([&](auto&& handler) { socket_.async_connect(entry.endpoint(), handler); },
+                       deadline);
+        if (!ec) {
+          error_code ignored;
+          socket_.set_option(tcp::no_delay(true), ignored);
+          return;
+        }
+        // A refusal says more than the deadline cutting the last attempt short.
+        if (ec != asio::error::timed_out || !last_ec) last_ec = ec;
+      }
+      close();
+      const Clock::time_point now = Clock::now();
+      if (now >= deadline) {
+        throw Error(
+            ErrorCode::kTimeout, proto::op_context("store.connect"),
+            fmt::format("could not connect to store {} within {} ms (last error: {})", address_,
+                        options_.connect_timeout.count(), last_ec ? last_ec.message() : "none"));
+      }
+      // The server may simply not be up yet (the rendezvous case): back off and retry.
+      std::this_thread::sleep_for(std::min<Clock::duration>(retry_delay, deadline - now));
+      retry_delay = std::min(retry_delay * 2, kMaxRetryDelay);
+    }
+  }
+
+  void close() {
+    error_code ignored;
+    socket_.close(ignored);
+  }
+
+  void release_big_buffers() {
+    if (in_.capacity() > kKeepBufferBytes) std::vector<char>().swap(in_);
+    if (out_.capacity() > kKeepBufferBytes) std::vector<char>().swap(out_);
+  }
+
+  // Writes out_ and reads the reply into in_; returns a reader positioned after an ok status.
+  proto::FrameReader exchange(Command command, std::span<const std::string> keys,
+                              milliseconds wait) {
+    if (!socket_.is_open()) connect();
+    const Clock::time_point deadline = Clock::now() + clamp_timeout(wait) + kReplyMargin;
+    error_code ec = run_until(
+        [&](auto&& handler) { asio::async_write(socket_, asio::buffer(out_), handler); }, deadline);
+    if (!ec) {
+      ec = run_until(
+          [&](auto&& handler) { asio::async_read(socket_, asio::buffer(header_), handler); },
+          deadline);
+    }
+    if (!ec) {
+      in_.resize(proto::decode_u32(header_.data()));
+      ec = run_until([&](auto&& handler) { asio::async_read(socket_, asio::buffer(in_), handler); },
+                     deadline);
+    }
+    if (ec == asio::error::timed_out) {
+      throw Error(ErrorCode::kTimeout, context_for(command),
+                  fmt::format("no reply from store {} within {} ms to {}{}; connection dropped",
+                              address_, (clamp_timeout(wait) + kReplyMargin).count(),
+                              proto::command_name(command), of_keys(keys)));
+    }
+    if (ec) {
+      close();
+      throw Error(ErrorCode::kPeerFailure, context_for(command),
+                  fmt::format("store {} closed the connection during {}{}: {}", address_,
+                              proto::command_name(command), of_keys(keys), ec.message()));
+    }
+    proto::FrameReader r(in_);
+    const auto status = static_cast<Status>(r.u8());
+    if (status != Status::kOk) {
+      const std::string_view message = r.bytes();
+      throw Error(code_for(status), context_for(command),
+                  fmt::format("{} (store {})", message, address_));
+    }
+    return r;
+  }
+
+  const TcpStoreOptions options_;
+  const std::string address_;
+  std::mutex mu_;  // Serializes calls: the connection carries one request at a time.
+  asio::io_context io_;
+  tcp::socket socket_{io_};
+  std::array<char, proto::kFrameHeaderBytes> header_{};
+  std::vector<char> out_;
+  std::vector<char> in_;
+};
+
+namespace {
+
+std::span<const std::string> one(const std::string& key) { return {&key, 1}; }
+
+Bytes to_bytes(std::string_view v) { return Bytes(v.begin(), v.end()); }
+
+void write_keys(proto::FrameWriter& w, std::span<const std::string> keys, Command command) {
+  if (keys.size() > UINT32_MAX) {
+    throw Error(ErrorCode::kInvalidArgument, context_for(command),
+                fmt::format("{} keys do not fit one request", keys.size()));
+  }
+  w.u32(static_cast<uint32_t>(keys.size()));
+  for (const std::string& key : keys) w.bytes(key);
+}
+
+}  // namespace
+
+TcpStore::TcpStore(TcpStoreOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+
+TcpStore::~TcpStore() = default;
+
+void TcpStore::set(const std::string& key, std::span<const char> value) {
+  impl_->call(
+      Command::kSet, one(key), impl_->options().timeout,
+      [&](proto::FrameWriter& w) {
+        w.bytes(key);
+        w.bytes(value);
+      },
+      [](proto::FrameReader&) { return 0; });
+}
+
+Bytes TcpStore::get(const std::string& key, std::chrono::milliseconds timeout) {
+  return impl_->call(
+      Command::kGet, one(key), timeout,
+      [&](proto::FrameWriter& w) {
+        w.i64(clamp_timeout(timeout).count());
+        w.bytes(key);
+      },
+      [](proto::FrameReader& r) { return to_bytes(r.bytes()); });
+}
+
+int64_t TcpStore::add(const std::string& key, int64_t delta) {
+  return impl_->call(
+      Command::kAdd, one(key), impl_->options().timeout,
+      [&](proto::FrameWriter& w) {
+        w.bytes(key);
+        w.i64(delta);
+      },
+      [](proto::FrameReader& r) { return r.i64(); });
+}
+
+Bytes TcpStore::compare_set(const std::string& key, std::span<const char> expected,
+                            std::span<const char> desired) {
+  return impl_->call(
+      Command::kCompareSet, one(key), impl_->options().timeout,
+      [&](proto::FrameWriter& w) {
+        w.bytes(key);
+        w.bytes(expected);
+        w.bytes(desired);
+      },
+      [](proto::FrameReader& r) { return to_bytes(r.bytes()); });
+}
+
+void TcpStore::wait(std::span<const std::string> keys, std::chrono::milliseconds timeout) {
+  impl_->call(
+      Command::kWait, keys, timeout,
+      [&](proto::FrameWriter& w) {
+        w.i64(clamp_timeout(timeout).count());
+        write_keys(w, keys, Command::kWait);
+      },
+      [](proto::FrameReader&) { return 0; });
+}
+
+bool TcpStore::check(std::span<const std::string> keys) {
+  return impl_->call(
+      Command::kCheck, keys, impl_->options().timeout,
+      [&](proto::FrameWriter& w) { write_keys(w, keys, Command::kCheck); },
+      [](proto::FrameReader& r) { return r.u8() != 0; });
+}
+
+bool TcpStore::delete_key(const std::string& key) {
+  return impl_->call(
+      Command::kDelete, one(key), impl_->options().timeout,
+      [&](proto::FrameWriter& w) { w.bytes(key); },
+      [](proto::FrameReader& r) { return r.u8() != 0; });
+}
+
+int64_t TcpStore::num_keys() {
+  return impl_->call(
+      Command::kNumKeys, {}, impl_->options().timeout, [](proto::FrameWriter&) {},
+      [](proto::FrameReader& r) { return r.i64(); });
+}
+
+std::vector<Bytes> TcpStore::multi_get(std::span<const std::string> keys,
+                                       std::chrono::milliseconds timeout) {
+  return impl_->call(
+      Command::kMultiGet, keys, timeout,
+      [&](proto::FrameWriter& w) {
+        w.i64(clamp_timeout(timeout).count());
+        write_keys(w, keys, Command::kMultiGet);
+      },
+      [&](proto::FrameReader& r) {
+        std::vector<Bytes> values;
+        values.reserve(keys.size());
+        for (size_t i = 0; i < keys.size(); ++i) values.push_back(to_bytes(r.bytes()));
+        return values;
+      });
+}
+
+void TcpStore::multi_set(std::span<const std::string> keys, std::span<const Bytes> values) {
+  if (keys.size() != values.size()) {
+    throw Error(
+        ErrorCode::kInvalidArgument, context_for(Command::kMultiSet),
+        fmt::format("{} keys but {} values for store {}", keys.size(), values.size(), address()));
+  }
+  if (keys.size() > UINT32_MAX) {
+    throw Error(ErrorCode::kInvalidArgument, context_for(Command::kMultiSet),
+                fmt::format("{} keys do not fit one request", keys.size()));
+  }
+  impl_->call(
+      Command::kMultiSet, keys, impl_->options().timeout,
+      [&](proto::FrameWriter& w) {
+        w.u32(static_cast<uint32_t>(keys.size()));
+        for (size_t i = 0; i < keys.size(); ++i) {
+          w.bytes(keys[i]);
+          w.bytes(values[i]);
+        }
+      },
+      [](proto::FrameReader&) { return 0; });
+}
+
+std::string TcpStore::address() const { return impl_->address(); }
+
+void TcpStore::set(const std::string& key, const std::string& value) {
+  set(key, std::span<const char>(value.data(), value.size()));
+}
+
+void TcpStore::set(const std::string& key, const char* value) {
+  const std::string_view view(value);
+  set(key, std::span<const char>(view.data(), view.size()));
+}
+
+Bytes TcpStore::get(const std::string& key) { return get(key, impl_->options().timeout); }
+
+void TcpStore::wait(std::span<const std::string> keys) { wait(keys, impl_->options().timeout); }
+
+void TcpStore::ping() {
+  impl_->call(
+      Command::kPing, {}, impl_->options().timeout, [](proto::FrameWriter&) {},
+      [](proto::FrameReader&) { return 0; });
+}
+
+}  // namespace meshrt

@@ -1,0 +1,183 @@
+#include "runtime/validation.h"
+
+#include <fmt/format.h>
+
+#include <numeric>
+
+#include "runtime/error.h"
+
+namespace meshrt {
+namespace {
+
+class Checker {
+ public:
+  Checker(const Op& op, const trace::CommInfo& comm, bool accepts_cuda)
+      : op_(op), comm_(comm), accepts_cuda_(accepts_cuda) {}
+
+  template <typename... Args>
+  [[noreturn]] void fail(fmt::format_string<Args...> f, Args&&... args) const {
+    throw Error(ErrorCode::kInvalidArgument,
+                {comm_.global_rank, comm_.name, std::string(op_kind_name(op_.kind)), -1},
+                fmt::format(f, std::forward<Args>(args)...));
+  }
+
+  void buffer(const BufferView& b, std::string_view what) const {
+    if (b.data == nullptr && b.count > 0) fail("{} is null but has {} elements", what, b.count);
+    if (!b.shape.empty() && b.shape.numel() != static_cast<int64_t>(b.count)) {
+      fail("{} has shape of {} elements but count {}", what, b.shape.numel(), b.count);
+    }
+    if (b.device.kind == Device::Kind::kCuda && !accepts_cuda_) {
+      fail("{} is on cuda:{} but backend '{}' takes CPU buffers only", what, b.device.index,
+           comm_.backend);
+    }
+  }
+
+  void same_dtype(const BufferView& in, const BufferView& out) const {
+    if (in.dtype != out.dtype) {
+      fail("input dtype {} differs from output dtype {}", dtype_name(in.dtype),
+           dtype_name(out.dtype));
+    }
+  }
+
+  void rank_in_range(int r, std::string_view what) const {
+    const int n = static_cast<int>(comm_.global_ranks.size());
+    if (r < 0 || r >= n) fail("{} {} is out of range [0, {})", what, r, n);
+  }
+
+  void peer(int p) const {
+    rank_in_range(p, "peer");
+    if (p == comm_.rank) fail("peer {} is this rank itself: send/recv to self is not supported", p);
+  }
+
+  void reduce_op(DType dtype) const {
+    if (op_.reduce_op == ReduceOp::kAvg && !is_floating(dtype)) {
+      fail("reduce op avg on integer dtype {} would truncate: use sum and divide",
+           dtype_name(dtype));
+    }
+  }
+
+  void count_multiple(size_t big, size_t small, std::string_view big_name,
+                      std::string_view small_name) const {
+    const size_t n = comm_.global_ranks.size();
+    if (big != small * n) {
+      fail("{} has {} elements but must have {} ({} of {} elements x group size {})", big_name, big,
+           small * n, small_name, small, n);
+    }
+  }
+
+  void no_overlap(const BufferView& a, const BufferView& b) const {
+    const char* a0 = static_cast<const char*>(a.data);
+    const char* b0 = static_cast<const char*>(b.data);
+    if (a.bytes() == 0 || b.bytes() == 0) return;
+    if (a0 < b0 + b.bytes() && b0 < a0 + a.bytes()) {
+      fail("input and output overlap: this op is not in-place");
+    }
+  }
+
+  void splits(const std::vector<size_t>& s, size_t count, std::string_view what) const {
+    const size_t n = comm_.global_ranks.size();
+    if (s.size() != n) fail("{} has {} entries but the group has {} ranks", what, s.size(), n);
+    const size_t sum = std::accumulate(s.begin(), s.end(), size_t{0});
+    if (sum != count) fail("{} add up to {} elements but the buffer has {}", what, sum, count);
+  }
+
+  void run() const {
+    if (op_.timeout.count() <= 0) fail("timeout must be positive, got {} ms", op_.timeout.count());
+    const bool is_root = op_.root == comm_.rank;
+    switch (op_.kind) {
+      case OpKind::kAllReduce:
+        buffer(op_.input, "buffer");
+        reduce_op(op_.input.dtype);
+        return;
+      case OpKind::kBroadcast:
+        buffer(op_.input, "buffer");
+        rank_in_range(op_.root, "root");
+        return;
+      case OpKind::kReduce:
+        buffer(op_.input, "buffer");
+        rank_in_range(op_.root, "root");
+        reduce_op(op_.input.dtype);
+        return;
+      case OpKind::kAllGather:
+        buffer(op_.input, "input");
+        buffer(op_.output, "output");
+        same_dtype(op_.input, op_.output);
+        count_multiple(op_.output.count, op_.input.count, "output", "input");
+        return;
+      case OpKind::kReduceScatter:
+        buffer(op_.input, "input");
+        buffer(op_.output, "output");
+        same_dtype(op_.input, op_.output);
+        reduce_op(op_.input.dtype);
+        count_multiple(op_.input.count, op_.output.count, "input", "output");
+        return;
+      case OpKind::kAllToAll: {
+        buffer(op_.input, "input");
+        buffer(op_.output, "output");
+        same_dtype(op_.input, op_.output);
+        no_overlap(op_.input, op_.output);
+        if (op_.input_splits.empty() && op_.output_splits.empty()) {
+          const size_t n = comm_.global_ranks.size();
+          if (op_.input.count != op_.output.count) {
+            fail("input has {} elements but output has {}: equal all_to_all needs the same count",
+                 op_.input.count, op_.output.count);
+          }
+          if (op_.input.count % n != 0) {
+            fail("{} elements are not divisible by group size {}", op_.input.count, n);
+          }
+        } else {
+          splits(op_.input_splits, op_.input.count, "input splits");
+          splits(op_.output_splits, op_.output.count, "output splits");
+        }
+        return;
+      }
+      case OpKind::kGather:
+        rank_in_range(op_.root, "root");
+        buffer(op_.input, "input");
+        if (is_root) {
+          buffer(op_.output, "output");
+          same_dtype(op_.input, op_.output);
+          no_overlap(op_.input, op_.output);
+          count_multiple(op_.output.count, op_.input.count, "output", "input");
+        }
+        return;
+      case OpKind::kScatter:
+        rank_in_range(op_.root, "root");
+        buffer(op_.output, "output");
+        if (is_root) {
+          buffer(op_.input, "input");
+          same_dtype(op_.input, op_.output);
+          no_overlap(op_.input, op_.output);
+          count_multiple(op_.input.count, op_.output.count, "input", "output");
+        }
+        return;
+      case OpKind::kBarrier:
+        return;
+      case OpKind::kSend:
+      case OpKind::kRecv:
+        buffer(op_.input, "buffer");
+        peer(op_.root);
+        return;
+      case OpKind::kBatchP2P:
+        if (op_.p2p.empty()) fail("the batch is empty");
+        for (const P2POp& p : op_.p2p) {
+          buffer(p.buffer, p.dir == P2POp::Dir::kSend ? "send buffer" : "recv buffer");
+          peer(p.peer);
+        }
+        return;
+    }
+  }
+
+ private:
+  const Op& op_;
+  const trace::CommInfo& comm_;
+  bool accepts_cuda_;
+};
+
+}  // namespace
+
+void validate_op(const Op& op, const trace::CommInfo& comm, bool accepts_cuda) {
+  Checker(op, comm, accepts_cuda).run();
+}
+
+}  // namespace meshrt

@@ -1,0 +1,344 @@
+#include "tests/collective_checks.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+namespace meshrt::testing {
+namespace {
+
+// A buffer of any dtype, read and written as doubles.
+class TypedBuffer {
+ public:
+  TypedBuffer(DType dtype, size_t count)
+      : dtype_(dtype), count_(count), bytes_(count * dtype_size_bytes(dtype) + 1) {}
+
+  BufferView view() { return {bytes_.data(), count_, dtype_, Device::cpu(), {}}; }
+  size_t size() const { return count_; }
+
+  void set(size_t i, double v) {
+    char* p = bytes_.data() + i * dtype_size_bytes(dtype_);
+    switch (dtype_) {
+      case DType::kF32:
+        store(p, static_cast<float>(v));
+        break;
+      case DType::kF64:
+        store(p, v);
+        break;
+      case DType::kF16:
+        store(p, to_half(static_cast<float>(v)));
+        break;
+      case DType::kBF16:
+        store(p, to_bfloat16(static_cast<float>(v)));
+        break;
+      // Integer results wrap modulo 2^bits, as the reductions do.
+      case DType::kI8:
+        store(p, static_cast<int8_t>(static_cast<int64_t>(v)));
+        break;
+      case DType::kU8:
+        store(p, static_cast<uint8_t>(static_cast<int64_t>(v)));
+        break;
+      case DType::kI32:
+        store(p, static_cast<int32_t>(static_cast<int64_t>(v)));
+        break;
+      case DType::kI64:
+        store(p, static_cast<int64_t>(v));
+        break;
+    }
+  }
+
+  double get(size_t i) const {
+    const char* p = bytes_.data() + i * dtype_size_bytes(dtype_);
+    switch (dtype_) {
+      case DType::kF32:
+        return load<float>(p);
+      case DType::kF64:
+        return load<double>(p);
+      case DType::kF16:
+        return to_float(load<Half>(p));
+      case DType::kBF16:
+        return to_float(load<BFloat16>(p));
+      case DType::kI8:
+        return load<int8_t>(p);
+      case DType::kU8:
+        return load<uint8_t>(p);
+      case DType::kI32:
+        return load<int32_t>(p);
+      case DType::kI64:
+        return static_cast<double>(load<int64_t>(p));
+    }
+    return 0;
+  }
+
+ private:
+  template <typename T>
+  static void store(char* p, T v) {
+    std::memcpy(p, &v, sizeof(T));
+  }
+  template <typename T>
+  static T load(const char* p) {
+    T v;
+    std::memcpy(&v, p, sizeof(T));
+    return v;
+  }
+
+  DType dtype_;
+  size_t count_;
+  std::vector<char> bytes_;  // One spare byte so that zero-length views still have an address.
+};
+
+// The value rank r contributes at element i, chosen per reduce op so that every result is exact
+// in every dtype (products stay powers of two, sums stay below 128).
+double value(ReduceOp op, int r, size_t i) {
+  switch (op) {
+    case ReduceOp::kProd:
+      return (r + i) % 3 == 0 ? 2.0 : 1.0;
+    case ReduceOp::kMin:
+    case ReduceOp::kMax:
+      return static_cast<double>((r * 5 + i * 11) % 13);
+    default:
+      return static_cast<double>((r * 7 + i * 3) % 5 + 1);
+  }
+}
+
+// What the reduction over ranks 0..n-1 must give at element i, in dtype `dtype`.
+double expected(DType dtype, ReduceOp op, int n, size_t i) {
+  double acc = value(op, 0, i);
+  for (int r = 1; r < n; ++r) {
+    const double v = value(op, r, i);
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kAvg:
+        acc += v;
+        break;
+      case ReduceOp::kProd:
+        acc *= v;
+        break;
+      case ReduceOp::kMin:
+        acc = std::min(acc, v);
+        break;
+      case ReduceOp::kMax:
+        acc = std::max(acc, v);
+        break;
+    }
+  }
+  if (op == ReduceOp::kAvg) acc /= n;
+  // Round the way the dtype stores it.
+  TypedBuffer b(dtype, 1);
+  b.set(0, acc);
+  return b.get(0);
+}
+
+bool close(DType dtype, double got, double want) {
+  if (!is_floating(dtype)) return got == want;
+  const double tol = dtype == DType::kF16 || dtype == DType::kBF16 ? 1e-2 : 1e-6;
+  return std::fabs(got - want) <= tol * std::max(1.0, std::fabs(want));
+}
+
+class Checker {
+ public:
+  explicit Checker(Communicator& comm) : comm_(comm), n_(comm.size()), r_(comm.rank()) {}
+
+  std::vector<std::string> failures;
+
+  void expect(const std::string& what, DType dtype, size_t i, double got, double want) {
+    if (close(dtype, got, want)) return;
+    if (failures.size() < 50) {
+      failures.push_back(fmt::format("rank {}: {} [{}] element {}: got {}, want {}", r_, what,
+                                     dtype_name(dtype), i, got, want));
+    }
+  }
+
+  // Runs `f` and waits; records a failure instead of throwing.
+  template <typename F>
+  bool run(const std::string& what, F&& f) {
+    try {
+      f()->wait();
+      return true;
+    } catch (const std::exception& e) {
+      failures.push_back(fmt::format("rank {}: {} threw: {}", r_, what, e.what()));
+      return false;
+    }
+  }
+
+  void reductions(DType dtype, ReduceOp op) {
+    const std::string tag = fmt::format("{}", reduce_op_name(op));
+    // all_reduce on an uneven count so every chunking path gets a remainder.
+    const size_t count = 2 * n_ + 1;
+    TypedBuffer buf(dtype, count);
+    for (size_t i = 0; i < count; ++i) buf.set(i, value(op, r_, i));
+    if (run("all_reduce " + tag, [&] { return comm_.all_reduce(buf.view(), op); })) {
+      for (size_t i = 0; i < count; ++i)
+        expect("all_reduce " + tag, dtype, i, buf.get(i), expected(dtype, op, n_, i));
+    }
+    // reduce to the last rank: others keep their input.
+    const int root = n_ - 1;
+    for (size_t i = 0; i < count; ++i) buf.set(i, value(op, r_, i));
+    if (run("reduce " + tag, [&] { return comm_.reduce(buf.view(), root, op); })) {
+      for (size_t i = 0; i < count; ++i) {
+        const double want = r_ == root ? expected(dtype, op, n_, i) : value(op, r_, i);
+        expect("reduce " + tag, dtype, i, buf.get(i), want);
+      }
+    }
+    // reduce_scatter: block b of the reduced array lands on rank b.
+    const size_t block = 3;
+    TypedBuffer in(dtype, block * n_), out(dtype, block);
+    for (size_t i = 0; i < in.size(); ++i) in.set(i, value(op, r_, i));
+    if (run("reduce_scatter " + tag,
+            [&] { return comm_.reduce_scatter(in.view(), out.view(), op); })) {
+      for (size_t i = 0; i < block; ++i) {
+        expect("reduce_scatter " + tag, dtype, i, out.get(i),
+               expected(dtype, op, n_, r_ * block + i));
+      }
+    }
+  }
+
+  void data_movement(DType dtype) {
+    auto val = [](int r, size_t i) { return static_cast<double>((r * 13 + i) % 100); };
+    // broadcast from the middle rank.
+    const int root = n_ / 2;
+    TypedBuffer b(dtype, 5);
+    for (size_t i = 0; i < 5; ++i) b.set(i, val(r_, i));
+    if (run("broadcast", [&] { return comm_.broadcast(b.view(), root); })) {
+      for (size_t i = 0; i < 5; ++i) expect("broadcast", dtype, i, b.get(i), val(root, i));
+    }
+    // all_gather, out of place and in place (input = own block of the output).
+    const size_t block = 3;
+    TypedBuffer in(dtype, block), out(dtype, block * n_);
+    for (size_t i = 0; i < block; ++i) in.set(i, val(r_, i));
+    if (run("all_gather", [&] { return comm_.all_gather(in.view(), out.view()); })) {
+      for (size_t i = 0; i < out.size(); ++i)
+        expect("all_gather", dtype, i, out.get(i), val(i / block, i % block));
+    }
+    TypedBuffer inplace(dtype, block * n_);
+    for (size_t i = 0; i < block; ++i) inplace.set(r_ * block + i, val(r_, i));
+    if (run("all_gather in-place", [&] {
+          return comm_.all_gather(inplace.view().slice(r_ * block, block), inplace.view());
+        })) {
+      for (size_t i = 0; i < inplace.size(); ++i)
+        expect("all_gather in-place", dtype, i, inplace.get(i), val(i / block, i % block));
+    }
+    // all_to_all with equal blocks: block j of rank r carries (r, j).
+    TypedBuffer a_in(dtype, 2 * n_), a_out(dtype, 2 * n_);
+    for (size_t i = 0; i < a_in.size(); ++i) a_in.set(i, 10 * r_ + i / 2 + (i % 2) * 0.0);
+    if (run("all_to_all", [&] { return comm_.all_to_all(a_in.view(), a_out.view()); })) {
+      for (size_t i = 0; i < a_out.size(); ++i)
+        expect("all_to_all", dtype, i, a_out.get(i), 10.0 * (i / 2) + r_);
+    }
+    // uneven all_to_all: rank r sends (r + j) % 3 elements to rank j, each equal to r + j.
+    std::vector<size_t> in_splits(n_), out_splits(n_);
+    for (int j = 0; j < n_; ++j) {
+      in_splits[j] = (r_ + j) % 3;
+      out_splits[j] = (j + r_) % 3;
+    }
+    const size_t in_total = std::accumulate(in_splits.begin(), in_splits.end(), size_t{0});
+    const size_t out_total = std::accumulate(out_splits.begin(), out_splits.end(), size_t{0});
+    TypedBuffer v_in(dtype, in_total), v_out(dtype, out_total);
+    for (size_t j = 0, k = 0; j < static_cast<size_t>(n_); ++j)
+      for (size_t e = 0; e < in_splits[j]; ++e) v_in.set(k++, r_ + j);
+    if (run("all_to_all uneven",
+            [&] { return comm_.all_to_all(v_in.view(), in_splits, v_out.view(), out_splits); })) {
+      for (size_t j = 0, k = 0; j < static_cast<size_t>(n_); ++j)
+        for (size_t e = 0; e < out_splits[j]; ++e, ++k)
+          expect("all_to_all uneven", dtype, k, v_out.get(k), static_cast<double>(j + r_));
+    }
+    // gather to rank 0 and scatter from the last rank.
+    TypedBuffer g_out(dtype, block * n_);
+    if (run("gather", [&] { return comm_.gather(in.view(), g_out.view(), 0); }) && r_ == 0) {
+      for (size_t i = 0; i < g_out.size(); ++i)
+        expect("gather", dtype, i, g_out.get(i), val(i / block, i % block));
+    }
+    const int s_root = n_ - 1;
+    TypedBuffer s_in(dtype, block * n_), s_out(dtype, block);
+    for (size_t i = 0; i < s_in.size(); ++i) s_in.set(i, val(i / block, i % block));
+    if (run("scatter", [&] { return comm_.scatter(s_in.view(), s_out.view(), s_root); })) {
+      for (size_t i = 0; i < block; ++i) expect("scatter", dtype, i, s_out.get(i), val(r_, i));
+    }
+  }
+
+  Communicator& comm_;
+  const int n_;
+  const int r_;
+};
+
+}  // namespace
+
+std::vector<std::string> check_all_collectives(Communicator& comm) {
+  Checker c(comm);
+  for (DType dtype : kAllDTypes) {
+    for (ReduceOp op : kAllReduceOps) {
+      if (op == ReduceOp::kAvg && !is_floating(dtype)) continue;
+      c.reductions(dtype, op);
+    }
+    c.data_movement(dtype);
+  }
+  c.run("barrier", [&] { return comm.barrier(); });
+  return c.failures;
+}
+
+std::vector<std::string> check_p2p_and_split(Communicator& comm) {
+  Checker c(comm);
+  const int n = comm.size();
+  const int r = comm.rank();
+  if (n >= 2) {
+    // Pairs (0,1), (2,3), ...: the even rank sends first, the odd one receives first.
+    const int partner = r % 2 == 0 ? r + 1 : r - 1;
+    if (partner < n) {
+      std::vector<int64_t> out{r * 100 + 1, r * 100 + 2}, in(2, -1);
+      for (int round = 0; round < 2; ++round) {
+        if (r % 2 == 0) {
+          c.run("send", [&] { return comm.send(view(out), partner, round); });
+          c.run("recv", [&] { return comm.recv(view(in), partner, round); });
+        } else {
+          c.run("recv", [&] { return comm.recv(view(in), partner, round); });
+          c.run("send", [&] { return comm.send(view(out), partner, round); });
+        }
+        for (size_t i = 0; i < 2; ++i)
+          c.expect("send/recv", DType::kI64, i, in[i], partner * 100 + 1.0 + i);
+      }
+    }
+    // A ring in one batch: every rank sends right and receives from the left at once.
+    std::vector<float> to_right(4, static_cast<float>(r)), from_left(4, -1);
+    const int right = (r + 1) % n, left = (r + n - 1) % n;
+    std::vector<P2POp> ops{{P2POp::Dir::kRecv, view(from_left), left, 7},
+                           {P2POp::Dir::kSend, view(to_right), right, 7}};
+    if (c.run("batch_isend_irecv", [&] { return comm.batch_isend_irecv(ops); })) {
+      for (size_t i = 0; i < 4; ++i) c.expect("batch ring", DType::kF32, i, from_left[i], left);
+    }
+  }
+  // Split by parity, ordered by descending rank: new rank 0 is the highest old rank.
+  auto child = comm.split(r % 2, -r);
+  std::vector<int> members;
+  for (int q = n - 1; q >= 0; --q) {
+    if (q % 2 == r % 2) members.push_back(q);
+  }
+  const int want_rank =
+      static_cast<int>(std::find(members.begin(), members.end(), r) - members.begin());
+  if (!child || child->size() != static_cast<int>(members.size()) || child->rank() != want_rank) {
+    c.failures.push_back(fmt::format("rank {}: split gave rank {} of {}, want {} of {}", r,
+                                     child ? child->rank() : -1, child ? child->size() : -1,
+                                     want_rank, members.size()));
+    return c.failures;
+  }
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (child->global_ranks()[i] != comm.global_ranks()[members[i]]) {
+      c.failures.push_back(fmt::format("rank {}: split global rank {} wrong", r, i));
+    }
+  }
+  std::vector<int32_t> x{r};
+  if (c.run("split all_reduce", [&] { return child->all_reduce(view(x)); })) {
+    int sum = 0;
+    for (int q : members) sum += q;
+    c.expect("split all_reduce", DType::kI32, 0, x[0], sum);
+  }
+  // A rank passing kNoColor gets no communicator.
+  auto none = comm.split(r == 0 ? kNoColor : 0, 0);
+  if ((r == 0) != (none == nullptr)) {
+    c.failures.push_back(fmt::format("rank {}: kNoColor split gave the wrong membership", r));
+  }
+  return c.failures;
+}
+
+}  // namespace meshrt::testing

@@ -1,0 +1,54 @@
+// The Gloo backend with real processes on loopback: every collective x dtype x reduce op at 2, 3
+// and 4 ranks, p2p and split, and a peer that dies mid-job.
+#include <gtest/gtest.h>
+
+#include "tests/process_harness.h"
+
+#ifndef MESHRT_GLOO_WORKER
+#error "MESHRT_GLOO_WORKER must name the worker binary"
+#endif
+
+namespace meshrt::testing {
+namespace {
+
+std::string describe(const std::vector<RankResult>& results) {
+  std::string out;
+  for (size_t r = 0; r < results.size(); ++r) {
+    out += "--- rank " + std::to_string(r) + " exit " + std::to_string(results[r].exit_code) +
+           " signal " + std::to_string(results[r].signal) + "\n" + results[r].output;
+  }
+  return out;
+}
+
+class GlooWorld : public ::testing::TestWithParam<int> {};
+
+TEST_P(GlooWorld, EveryCollectiveDtypeReduceOpP2PAndSplit) {
+  const auto results =
+      run_ranks({MESHRT_GLOO_WORKER, "collectives"}, GetParam(), std::chrono::seconds(90),
+                {{"MESHRT_INIT_TIMEOUT_MS", "30000"}, {"MESHRT_TIMEOUT_MS", "30000"}});
+  for (const auto& r : results) {
+    EXPECT_EQ(r.exit_code, 0) << describe(results);
+    if (r.exit_code != 0) break;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, GlooWorld, ::testing::Values(2, 3, 4));
+
+TEST(Gloo, PeerKilledMidJobFailsTheOthersWithinTheTimeout) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto results = run_ranks({MESHRT_GLOO_WORKER, "peer_dies"}, 3, std::chrono::seconds(30),
+                                 {{"MESHRT_INIT_TIMEOUT_MS", "20000"}});
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(results[2].exit_code, 9) << describe(results);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(results[r].exit_code, 3) << describe(results);
+    // The error names the rank, the communicator and the op.
+    EXPECT_NE(results[r].output.find("rank " + std::to_string(r) + ", comm 'world', all_reduce #2"),
+              std::string::npos)
+        << results[r].output;
+  }
+  EXPECT_LT(elapsed, std::chrono::seconds(20));
+}
+
+}  // namespace
+}  // namespace meshrt::testing

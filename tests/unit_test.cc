@@ -1,0 +1,375 @@
+// Pure pieces: dtype conversions, reduction kernels, error messages, op validation, the trace
+// hook, and reading the launcher environment.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+
+#include "runtime/meshrt.h"
+#include "runtime/validation.h"
+#include "trace/tracer.h"
+
+namespace meshrt {
+namespace {
+
+TEST(DType, SizesAndNames) {
+  const std::pair<DType, std::pair<size_t, const char*>> table[] = {
+      {DType::kF32, {4, "f32"}},   {DType::kF64, {8, "f64"}}, {DType::kF16, {2, "f16"}},
+      {DType::kBF16, {2, "bf16"}}, {DType::kI8, {1, "i8"}},   {DType::kU8, {1, "u8"}},
+      {DType::kI32, {4, "i32"}},   {DType::kI64, {8, "i64"}}};
+  for (const auto& [d, want] : table) {
+    EXPECT_EQ(dtype_size_bytes(d), want.first);
+    EXPECT_EQ(dtype_name(d), want.second);
+  }
+}
+
+TEST(DType, HalfConversionTable) {
+  // (float, half bits) pairs from IEEE 754 binary16.
+  const std::pair<float, uint16_t> table[] = {
+      {0.0f, 0x0000},           {-0.0f, 0x8000},        {1.0f, 0x3c00},         {-2.0f, 0xc000},
+      {65504.0f, 0x7bff},       {1e6f, 0x7c00},         {5.960464e-8f, 0x0001}, {0.333333f, 0x3555},
+      {6.1035156e-05f, 0x0400}, {1.0009765625f, 0x3c01}};
+  for (const auto& [f, bits] : table) {
+    EXPECT_EQ(to_half(f).bits, bits) << f;
+  }
+  EXPECT_EQ(to_float(Half{0x3c00}), 1.0f);
+  EXPECT_EQ(to_float(Half{0x0001}), std::ldexp(1.0f, -24));
+  EXPECT_TRUE(std::isinf(to_float(Half{0x7c00})));
+  EXPECT_TRUE(std::isnan(to_float(to_half(std::numeric_limits<float>::quiet_NaN()))));
+  // Ties round to even: 1 + 2^-11 is halfway between 1 and 1 + 2^-10.
+  EXPECT_EQ(to_half(1.0f + std::ldexp(1.0f, -11)).bits, 0x3c00);
+}
+
+TEST(DType, BFloat16ConversionTable) {
+  const std::pair<float, uint16_t> table[] = {
+      {1.0f, 0x3f80}, {-1.0f, 0xbf80}, {3.140625f, 0x4049}, {0.0f, 0x0000}, {256.0f, 0x4380}};
+  for (const auto& [f, bits] : table) EXPECT_EQ(to_bfloat16(f).bits, bits) << f;
+  EXPECT_EQ(to_float(BFloat16{0x4049}), 3.140625f);
+  EXPECT_TRUE(std::isnan(to_float(to_bfloat16(std::numeric_limits<float>::quiet_NaN()))));
+}
+
+TEST(ReduceKernels, Table) {
+  std::vector<int32_t> a{1, -5, 7}, b{4, 3, -2}, out(3);
+  const std::pair<ReduceOp, std::vector<int32_t>> table[] = {{ReduceOp::kSum, {5, -2, 5}},
+                                                             {ReduceOp::kProd, {4, -15, -14}},
+                                                             {ReduceOp::kMin, {1, -5, -2}},
+                                                             {ReduceOp::kMax, {4, 3, 7}}};
+  for (const auto& [op, want] : table) {
+    reduce_elements(DType::kI32, op, out.data(), a.data(), b.data(), 3);
+    EXPECT_EQ(out, want) << reduce_op_name(op);
+  }
+  // Integer sums wrap like NCCL's.
+  std::vector<int8_t> x{120}, y{10}, z(1);
+  reduce_elements(DType::kI8, ReduceOp::kSum, z.data(), x.data(), y.data(), 1);
+  EXPECT_EQ(z[0], static_cast<int8_t>(-126));
+  // 16-bit floats reduce through float.
+  std::vector<BFloat16> h{to_bfloat16(1.5f)}, k{to_bfloat16(2.25f)}, r(1);
+  reduce_elements(DType::kBF16, ReduceOp::kSum, r.data(), h.data(), k.data(), 1);
+  EXPECT_EQ(to_float(r[0]), 3.75f);
+  std::vector<double> d{9.0};
+  divide_elements(DType::kF64, d.data(), 1, 4);
+  EXPECT_EQ(d[0], 2.25);
+}
+
+TEST(ErrorType, MessageNamesEveryKnownPart) {
+  Error e(ErrorCode::kTimeout, {3, "mesh0/tp", "all_reduce", 42}, "peers [1] missing");
+  EXPECT_STREQ(e.what(),
+               "meshrt [timeout] rank 3, comm 'mesh0/tp', all_reduce #42: peers [1] missing");
+  EXPECT_EQ(e.code(), ErrorCode::kTimeout);
+  EXPECT_EQ(e.detail(), "peers [1] missing");
+  Error bare(ErrorCode::kStore, {}, "x");
+  EXPECT_STREQ(bare.what(), "meshrt [store]: x");
+}
+
+// Every validation rule: the call throws kInvalidArgument naming the rank, communicator, op and
+// problem, and nothing is enqueued (the sequence number does not move).
+class Validation : public ::testing::Test {
+ protected:
+  void expect_rejected(const std::function<WorkHandle(Communicator&)>& call, const char* op,
+                       const char* problem) {
+    auto world = make_inproc_world(4);
+    Communicator& c = *world[1];
+    try {
+      call(c);
+      ADD_FAILURE() << "accepted: " << problem;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      const std::string what = e.what();
+      EXPECT_NE(what.find("rank 1, comm 'world', " + std::string(op)), std::string::npos) << what;
+      EXPECT_NE(what.find(problem), std::string::npos) << what;
+    }
+    EXPECT_EQ(c.op_seq(), 0u);
+  }
+  std::vector<float> f8 = std::vector<float>(8), f2 = std::vector<float>(2),
+                     f3 = std::vector<float>(3);
+  std::vector<int32_t> i8 = std::vector<int32_t>(8);
+};
+
+TEST_F(Validation, NullBuffer) {
+  expect_rejected(
+      [](Communicator& c) {
+        BufferView b;
+        b.count = 4;
+        return c.all_reduce(b);
+      },
+      "all_reduce", "buffer is null but has 4 elements");
+}
+TEST_F(Validation, ShapeDisagreesWithCount) {
+  expect_rejected(
+      [&](Communicator& c) {
+        return c.all_reduce(view(f8, {3, 2}));
+      },
+      "all_reduce", "shape of 6 elements but count 8");
+}
+TEST_F(Validation, CudaBufferOnCpuBackend) {
+  expect_rejected(
+      [&](Communicator& c) {
+        BufferView b = view(f8);
+        b.device = Device::cuda(0);
+        return c.broadcast(b, 0);
+      },
+      "broadcast", "takes CPU buffers only");
+}
+TEST_F(Validation, AvgOnIntegers) {
+  expect_rejected([&](Communicator& c) { return c.all_reduce(view(i8), ReduceOp::kAvg); },
+                  "all_reduce", "avg on integer dtype i32");
+}
+TEST_F(Validation, RootOutOfRange) {
+  expect_rejected([&](Communicator& c) { return c.broadcast(view(f8), 4); }, "broadcast",
+                  "root 4 is out of range [0, 4)");
+  expect_rejected([&](Communicator& c) { return c.reduce(view(f8), -1); }, "reduce",
+                  "root -1 is out of range");
+}
+TEST_F(Validation, UndersizedAllGatherOutput) {
+  expect_rejected([&](Communicator& c) { return c.all_gather(view(f2), view(f3)); }, "all_gather",
+                  "output has 3 elements but must have 8");
+}
+TEST_F(Validation, ReduceScatterInputNotDivisible) {
+  expect_rejected([&](Communicator& c) { return c.reduce_scatter(view(f3), view(f2)); },
+                  "reduce_scatter", "input has 3 elements but must have 8");
+}
+TEST_F(Validation, DtypeMismatch) {
+  expect_rejected([&](Communicator& c) { return c.all_gather(view(f2), view(i8)); }, "all_gather",
+                  "input dtype f32 differs from output dtype i32");
+}
+TEST_F(Validation, AllToAllNotDivisible) {
+  std::vector<float> a(6), b(6);
+  expect_rejected([&](Communicator& c) { return c.all_to_all(view(a), view(b)); }, "all_to_all",
+                  "6 elements are not divisible by group size 4");
+}
+TEST_F(Validation, AllToAllInPlace) {
+  expect_rejected([&](Communicator& c) { return c.all_to_all(view(f8), view(f8)); }, "all_to_all",
+                  "input and output overlap");
+}
+TEST_F(Validation, AllToAllSplits) {
+  std::vector<size_t> three{1, 1, 1}, bad_sum{1, 1, 1, 1};
+  expect_rejected([&](Communicator& c) { return c.all_to_all(view(f8), three, view(f2), three); },
+                  "all_to_all", "input splits has 3 entries but the group has 4 ranks");
+  expect_rejected(
+      [&](Communicator& c) { return c.all_to_all(view(f8), bad_sum, view(f3), bad_sum); },
+      "all_to_all", "input splits add up to 4 elements but the buffer has 8");
+}
+TEST_F(Validation, GatherOutputOnRoot) {
+  expect_rejected([&](Communicator& c) { return c.gather(view(f2), view(f3), 1); }, "gather",
+                  "output has 3 elements but must have 8");
+}
+TEST_F(Validation, ScatterInputOnRoot) {
+  expect_rejected([&](Communicator& c) { return c.scatter(view(f3), view(f2), 1); }, "scatter",
+                  "input has 3 elements but must have 8");
+}
+TEST_F(Validation, SendToSelf) {
+  expect_rejected([&](Communicator& c) { return c.send(view(f2), 1); }, "send",
+                  "peer 1 is this rank itself");
+}
+TEST_F(Validation, PeerOutOfRange) {
+  expect_rejected([&](Communicator& c) { return c.recv(view(f2), 9); }, "recv",
+                  "peer 9 is out of range [0, 4)");
+}
+TEST_F(Validation, EmptyBatch) {
+  expect_rejected([&](Communicator& c) { return c.batch_isend_irecv({}); }, "batch_p2p",
+                  "the batch is empty");
+}
+TEST_F(Validation, NonPositiveTimeout) {
+  expect_rejected([&](Communicator& c) { return c.barrier({std::chrono::milliseconds(-5)}); },
+                  "barrier", "timeout must be positive");
+}
+TEST(ValidationShape, TooManyDims) { EXPECT_THROW(Shape({1, 1, 1, 1, 1, 1, 1, 1, 1}), Error); }
+
+// A sink that records the op names it saw, and one that throws.
+class RecordingSink : public trace::Sink {
+ public:
+  void on_enqueue(const trace::OpRecord& r) override {
+    events.push_back("enqueue " + std::string(r.op));
+  }
+  void on_start(const trace::OpRecord& r) override {
+    events.push_back("start " + std::string(r.op));
+  }
+  void on_end(const trace::OpRecord& r) override {
+    events.push_back("end " + std::string(r.op) + " " + std::string(trace::op_state_name(r.state)));
+  }
+  std::vector<std::string> events;
+};
+class ThrowingSink : public trace::Sink {
+ public:
+  void on_enqueue(const trace::OpRecord&) override { throw std::runtime_error("sink bug"); }
+  void on_start(const trace::OpRecord&) override { throw std::runtime_error("sink bug"); }
+  void on_end(const trace::OpRecord&) override { throw std::runtime_error("sink bug"); }
+};
+
+TEST(Tracing, EveryOpPassesThroughTheSinksAndSinkErrorsNeverReachTheOp) {
+  auto recording = std::make_shared<RecordingSink>();
+  auto throwing = std::make_shared<ThrowingSink>();
+  trace::add_sink(recording);
+  trace::add_sink(throwing);
+  const uint64_t failures_before = trace::sink_failures();
+  {
+    auto world = make_inproc_world(1);
+    std::vector<float> x(4, 1.0f), y(4);
+    world[0]->all_reduce(view(x))->wait();
+    world[0]->all_gather(view(x), view(y))->wait();
+  }
+  trace::remove_sink(recording.get());
+  trace::remove_sink(throwing.get());
+  EXPECT_EQ(recording->events,
+            (std::vector<std::string>{"enqueue all_reduce", "start all_reduce",
+                                      "end all_reduce completed", "enqueue all_gather",
+                                      "start all_gather", "end all_gather completed"}));
+  EXPECT_EQ(trace::sink_failures() - failures_before, 6u);
+}
+
+// Sets environment variables for one test and restores them after.
+class ScopedEnv {
+ public:
+  explicit ScopedEnv(std::vector<std::pair<std::string, std::string>> vars) {
+    for (const char* n : kAll) {
+      if (const char* v = std::getenv(n)) saved_.emplace_back(n, v);
+      ::unsetenv(n);
+    }
+    for (const auto& [k, v] : vars) ::setenv(k.c_str(), v.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    for (const char* n : kAll) ::unsetenv(n);
+    for (const auto& [k, v] : saved_) ::setenv(k.c_str(), v.c_str(), 1);
+  }
+
+ private:
+  static constexpr const char* kAll[] = {"RANK",
+                                         "WORLD_SIZE",
+                                         "LOCAL_RANK",
+                                         "LOCAL_WORLD_SIZE",
+                                         "MASTER_ADDR",
+                                         "MASTER_PORT",
+                                         "OMPI_COMM_WORLD_RANK",
+                                         "OMPI_COMM_WORLD_SIZE",
+                                         "OMPI_COMM_WORLD_LOCAL_RANK",
+                                         "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                         "SLURM_PROCID",
+                                         "SLURM_NTASKS",
+                                         "SLURM_LOCALID",
+                                         "SLURM_NTASKS_PER_NODE",
+                                         "SLURM_LAUNCH_NODE_IPADDR",
+                                         "MESHRT_RUN_ID",
+                                         "TORCHELASTIC_RUN_ID",
+                                         "MESHRT_STORE_EXTERNAL",
+                                         "MESHRT_GLOO_IFNAME",
+                                         "GLOO_SOCKET_IFNAME",
+                                         "MESHRT_TIMEOUT_MS",
+                                         "MESHRT_INIT_TIMEOUT_MS"};
+  std::vector<std::pair<std::string, std::string>> saved_;
+};
+
+TEST(InitEnv, Torchrun) {
+  ScopedEnv env({{"RANK", "3"},
+                 {"WORLD_SIZE", "8"},
+                 {"LOCAL_RANK", "1"},
+                 {"LOCAL_WORLD_SIZE", "2"},
+                 {"MASTER_ADDR", "127.0.0.1"},
+                 {"MASTER_PORT", "29511"},
+                 {"TORCHELASTIC_RUN_ID", "job7"},
+                 {"GLOO_SOCKET_IFNAME", "lo"}});
+  const InitOptions o = init_options_from_env();
+  EXPECT_EQ(o.source, "torchrun");
+  EXPECT_EQ(o.rank, 3);
+  EXPECT_EQ(o.world_size, 8);
+  EXPECT_EQ(o.local_rank, 1);
+  EXPECT_EQ(o.local_world_size, 2);
+  EXPECT_EQ(o.master_port, 29511);
+  EXPECT_EQ(o.run_id, "job7");
+  EXPECT_EQ(o.gloo_iface, "lo");
+  EXPECT_TRUE(o.host_store);
+}
+
+TEST(InitEnv, OpenMpiWithDefaultPort) {
+  ScopedEnv env({{"OMPI_COMM_WORLD_RANK", "1"},
+                 {"OMPI_COMM_WORLD_SIZE", "4"},
+                 {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                 {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
+                 {"MASTER_ADDR", "127.0.0.1"}});
+  const InitOptions o = init_options_from_env();
+  EXPECT_EQ(o.source, "openmpi");
+  EXPECT_EQ(o.rank, 1);
+  EXPECT_EQ(o.world_size, 4);
+  EXPECT_EQ(o.master_port, 29500);
+}
+
+TEST(InitEnv, SlurmTakesTheLaunchNodeAddress) {
+  ScopedEnv env({{"SLURM_PROCID", "5"},
+                 {"SLURM_NTASKS", "6"},
+                 {"SLURM_LOCALID", "2"},
+                 {"SLURM_NTASKS_PER_NODE", "3(x2)"},
+                 {"SLURM_LAUNCH_NODE_IPADDR", "127.0.0.1"}});
+  const InitOptions o = init_options_from_env();
+  EXPECT_EQ(o.source, "slurm");
+  EXPECT_EQ(o.rank, 5);
+  EXPECT_EQ(o.local_rank, 2);
+  EXPECT_EQ(o.local_world_size, -1);
+  EXPECT_EQ(o.master_addr, "127.0.0.1");
+}
+
+TEST(InitEnv, ErrorsListWhatWasFoundAndWhatIsNeeded) {
+  const std::pair<std::vector<std::pair<std::string, std::string>>, std::string> cases[] = {
+      {{}, "no launcher environment found"},
+      {{{"RANK", "0"}}, "torchrun sets RANK but not WORLD_SIZE"},
+      {{{"RANK", "4"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}},
+       "RANK=4 is outside [0, WORLD_SIZE=4)"},
+      {{{"RANK", "x"}, {"WORLD_SIZE", "4"}}, "RANK='x' is not an integer"},
+      {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}}, "MASTER_PORT is not set"},
+      {{{"RANK", "1"},
+        {"WORLD_SIZE", "2"},
+        {"LOCAL_RANK", "2"},
+        {"LOCAL_WORLD_SIZE", "2"},
+        {"MASTER_ADDR", "h"},
+        {"MASTER_PORT", "1"}},
+       "LOCAL_RANK=2 is outside [0, LOCAL_WORLD_SIZE=2)"},
+  };
+  for (const auto& [vars, problem] : cases) {
+    ScopedEnv env(vars);
+    try {
+      init_options_from_env();
+      ADD_FAILURE() << "accepted: " << problem;
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(problem), std::string::npos) << what;
+      EXPECT_NE(what.find("Needed: RANK and WORLD_SIZE"), std::string::npos) << what;
+      EXPECT_NE(what.find("Found: "), std::string::npos) << what;
+    }
+  }
+}
+
+TEST(Init, SingleRankWorldOverGloo) {
+  InitOptions o;
+  o.rank = 0;
+  o.world_size = 1;
+  o.master_addr = "127.0.0.1";
+  o.master_port = 0;  // The store picks a free port.
+  auto world = init(o);
+  EXPECT_EQ(world->backend_name(), "gloo");
+  EXPECT_EQ(world->description(), "default_pg");
+  std::vector<double> x{1.5, 2.5};
+  world->all_reduce(view(x), ReduceOp::kAvg)->wait();
+  EXPECT_EQ(x, (std::vector<double>{1.5, 2.5}));
+}
+
+}  // namespace
+}  // namespace meshrt

@@ -1,0 +1,42 @@
+// The one tracing point that every op of every backend passes through. Sinks subscribe to
+// life-cycle events; the tracer never lets a sink's failure reach a collective.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "trace/op_record.h"
+
+namespace meshrt::trace {
+
+// Receives op life-cycle events. Called on the enqueuing thread (on_enqueue) and on the
+// communicator's worker thread (on_start, on_end): implementations must be thread-safe and quick.
+class Sink {
+ public:
+  virtual ~Sink() = default;
+  virtual void on_enqueue(const OpRecord& record) = 0;
+  virtual void on_start(const OpRecord& record) = 0;
+  // Called once when the op completed or failed (record.state tells which).
+  virtual void on_end(const OpRecord& record) = 0;
+};
+
+// Registers `sink` for every op of this process until remove_sink.
+void add_sink(std::shared_ptr<Sink> sink);
+// Unregisters `sink`; events already being delivered may still reach it.
+void remove_sink(const Sink* sink);
+
+// Event delivery, called by the runtime. noexcept: a throwing sink is counted and logged once.
+void emit_enqueue(const OpRecord& record) noexcept;
+void emit_start(const OpRecord& record) noexcept;
+void emit_end(const OpRecord& record) noexcept;
+
+// Number of exceptions sinks have thrown (and the tracer swallowed) in this process.
+uint64_t sink_failures();
+
+// Nanoseconds on the steady clock.
+int64_t steady_now_ns();
+// Nanoseconds since the Unix epoch.
+int64_t wall_now_ns();
+
+}  // namespace meshrt::trace
