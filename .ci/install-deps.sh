@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what meshrt needs on Debian 12 (as root), skipping apt when everything is present.
+# Usage: .ci/install-deps.sh [--bench]   (--bench adds python3-torch for the comparisons)
+set -euo pipefail
+
+packages=(
+  g++ meson ninja-build pkg-config cmake python3
+  libgloo-dev libboost-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libopenmpi-dev openmpi-bin
+)
+if [[ "${1:-}" == "--bench" ]]; then
+  packages+=(python3-torch)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"

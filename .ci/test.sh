@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds, and runs every test. The last line is
+# "tests: N passed, N failed, N skipped"; the exit status is meson test's.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bash .ci/install-deps.sh || exit 1
+bash .ci/build.sh build || exit 1
+meson test -C build --print-errorlogs --num-processes 2
+status=$?
+python3 - build/meson-logs/testlog.junit.xml <<'PY'
+import sys
+import xml.etree.ElementTree as ET
+
+passed = failed = skipped = 0
+try:
+    root = ET.parse(sys.argv[1]).getroot()
+except (OSError, ET.ParseError) as e:
+    print(f"tests: could not read the junit log: {e}", file=sys.stderr)
+    root = None
+if root is not None:
+    for case in root.iter("testcase"):
+        if case.find("failure") is not None or case.find("error") is not None:
+            failed += 1
+        elif case.find("skipped") is not None:
+            skipped += 1
+        else:
+            passed += 1
+print(f"tests: {passed} passed, {failed} failed, {skipped} skipped")
+PY
+exit $status

@@ -1,0 +1,113 @@
+// meshrt's per-op host overhead: what every op pays on the calling thread and the communicator's
+// worker before and after the backend moves any data. In-process backend, world size 1, so the
+// "network" part is a no-op and what is left is enqueue (validation, trace record, Work
+// allocation, queue push, worker wake-up) + worker (pop, run, complete, notify) + wait.
+// This is the hot path the tracing layer sits on; no trace sink is registered here.
+//
+// Reference points in the same binary, to read the figures against:
+//   BM_ValidateOnly        meshrt::validate_op alone;
+//   BM_CondvarHandoff      a bare request/complete round trip between two threads through a
+//                          mutex + condition_variable pair each way: the floor of meshrt's
+//                          worker-thread design (enqueue -> worker -> wait).
+#include <benchmark/benchmark.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "runtime/meshrt.h"
+#include "runtime/validation.h"
+
+namespace {
+
+std::shared_ptr<meshrt::Communicator> make_world() {
+  auto world = meshrt::make_inproc_world(1);
+  return world.front();
+}
+
+void BM_AllReduce8B(benchmark::State& state) {
+  auto comm = make_world();
+  std::vector<float> x(2, 1.0f);  // 8 bytes
+  comm->all_reduce(meshrt::view(x))->wait();  // Starts the worker thread.
+  for (auto _ : state) {
+    comm->all_reduce(meshrt::view(x))->wait();
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_AllReduce8B)->UseRealTime();
+
+// Enqueue a batch of ops, then wait for the last: the caller-side cost per op when the worker
+// keeps up (ops issued asynchronously, as a training loop issues gradient buckets).
+void BM_AllReduce8B_Pipelined(benchmark::State& state) {
+  auto comm = make_world();
+  std::vector<float> x(2, 1.0f);
+  const int64_t batch = state.range(0);
+  std::vector<meshrt::WorkHandle> works(static_cast<size_t>(batch));
+  comm->all_reduce(meshrt::view(x))->wait();
+  for (auto _ : state) {
+    for (int64_t i = 0; i < batch; ++i) works[static_cast<size_t>(i)] = comm->all_reduce(meshrt::view(x));
+    works.back()->wait();
+  }
+  state.SetItemsProcessed(state.iterations() * batch);
+}
+BENCHMARK(BM_AllReduce8B_Pipelined)->Arg(64)->UseRealTime();
+
+void BM_Barrier(benchmark::State& state) {
+  auto comm = make_world();
+  comm->barrier()->wait();
+  for (auto _ : state) {
+    comm->barrier()->wait();
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_Barrier)->UseRealTime();
+
+void BM_ValidateOnly(benchmark::State& state) {
+  auto comm = make_world();
+  std::vector<float> x(2, 1.0f);
+  meshrt::Op op;
+  op.kind = meshrt::OpKind::kAllReduce;
+  op.input = op.output = meshrt::view(x);
+  op.timeout = comm->timeout();
+  const meshrt::trace::CommInfo& info = *comm->info();
+  for (auto _ : state) {
+    meshrt::validate_op(op, info, /*accepts_cuda=*/false);
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_ValidateOnly);
+
+// Request -> worker -> completion through two mutex/condvar pairs, nothing else.
+void BM_CondvarHandoff(benchmark::State& state) {
+  std::mutex mu;
+  std::condition_variable to_worker, to_caller;
+  uint64_t requested = 0, done = 0;
+  bool stop = false;
+  std::thread worker([&] {
+    std::unique_lock lock(mu);
+    for (;;) {
+      to_worker.wait(lock, [&] { return stop || requested > done; });
+      if (stop) return;
+      ++done;
+      to_caller.notify_one();
+    }
+  });
+  for (auto _ : state) {
+    std::unique_lock lock(mu);
+    ++requested;
+    to_worker.notify_one();
+    to_caller.wait(lock, [&] { return done == requested; });
+  }
+  {
+    std::lock_guard lock(mu);
+    stop = true;
+  }
+  to_worker.notify_one();
+  worker.join();
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_CondvarHandoff)->UseRealTime();
+
+}  // namespace
