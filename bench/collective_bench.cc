@@ -33,14 +33,18 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "bench/handoff_runner.h"
 #include "runtime/gloo_store.h"
 #include "runtime/meshrt.h"
 
@@ -60,6 +64,13 @@ struct Args {
   size_t big_bytes = size_t{64} << 20;
   std::string ops = "all_reduce,all_gather,broadcast,reduce_scatter";
   bool rs_hd = true;      // Also run Gloo's own ReduceScatterHalvingDoubling (old bound-buffer API).
+  // Which impls run (gloo_hd: reduce_scatter only); empty: all but the experiment's, plus the
+  // experiment's when it is on.
+  std::string impls;
+  // Adds, for all_reduce at the small size, raw Gloo driven through a worker thread exactly the way
+  // meshrt's Communicator hands ops over (gloo_thread), and the same with the caller running an
+  // op itself when the worker has not taken it yet (gloo_steal): isolates the handoff's cost.
+  bool handoff_experiment = false;
 };
 
 [[noreturn]] void usage(const char* msg) {
@@ -67,7 +78,8 @@ struct Args {
                "collective_bench: %s\n"
                "usage: collective_bench [--rounds R] [--first-round K] [--lat-iters N]\n"
                "  [--lat-warmup N] [--big-iters N] [--big-warmup N] [--small-bytes B]\n"
-               "  [--big-bytes B] [--ops a,b,...] [--no-rs-hd]\n"
+               "  [--big-bytes B] [--ops a,b,...] [--impls meshrt,gloo,gloo_hd] [--no-rs-hd]\n"
+               "  [--handoff-experiment]\n"
                "Started once per rank with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set.\n",
                msg);
   std::exit(2);
@@ -91,15 +103,22 @@ Args parse(int argc, char** argv) {
     else if (k == "--big-bytes") a.big_bytes = std::stoull(next());
     else if (k == "--ops") a.ops = next();
     else if (k == "--no-rs-hd") a.rs_hd = false;
+    else if (k == "--impls") a.impls = next();
+    else if (k == "--handoff-experiment") a.handoff_experiment = true;
     else usage(("unknown argument " + k).c_str());
   }
   if (a.rounds < 1 || a.lat_iters < 1 || a.big_iters < 1) usage("counts must be >= 1");
+  if (a.impls.empty()) {
+    a.impls = a.handoff_experiment ? "meshrt,gloo,gloo_hd,gloo_thread,gloo_steal"
+                                   : "meshrt,gloo,gloo_hd";
+  }
   return a;
 }
 
-bool wants(const Args& a, const std::string& op) {
-  return ("," + a.ops + ",").find("," + op + ",") != std::string::npos;
+bool listed(const std::string& list, const std::string& item) {
+  return ("," + list + ",").find("," + item + ",") != std::string::npos;
 }
+bool wants(const Args& a, const std::string& op) { return listed(a.ops, op); }
 
 // The raw Gloo side, and the control channel of the benchmark itself (barriers, MAX of times).
 class RawGloo {
@@ -246,6 +265,17 @@ class Bench {
             {"gloo", "all_reduce", bytes, reset,
              [this, v] { raw_.all_reduce(v->data(), v->size()); }, check},
         });
+        if (a_.handoff_experiment && v == &small_) {
+          for (auto* runner : {&plain_runner_, &steal_runner_}) {
+            out.back().push_back(
+                {runner == &plain_runner_ ? "gloo_thread" : "gloo_steal", "all_reduce", bytes,
+                 reset,
+                 [this, v, runner] {
+                   runner->wait(runner->submit([this, v] { raw_.all_reduce(v->data(), v->size()); }));
+                 },
+                 check});
+          }
+        }
       }
     }
     if (wants(a_, "all_gather")) {
@@ -314,7 +344,7 @@ class Bench {
            },
            check_out},
       };
-      if (a_.rs_hd) {
+      if (a_.rs_hd && listed(a_.impls, "gloo_hd")) {
         // Gloo does ship a reduce-scatter, in its older "Algorithm" API on bound (per-pair
         // registered) buffers: ReduceScatterHalvingDoubling, in place, this rank's block left at
         // the front of the buffer. Set up once (it registers buffers with every peer).
@@ -332,6 +362,11 @@ class Bench {
       }
       out.push_back(std::move(group));
     }
+    // Keep the selected impls.
+    for (auto& group : out) {
+      std::erase_if(group, [this](const Case& c) { return !listed(a_.impls, c.impl); });
+    }
+    std::erase_if(out, [](const std::vector<Case>& g) { return g.empty(); });
     return out;
   }
 
@@ -407,6 +442,8 @@ class Bench {
   std::vector<double> times_;
   std::unique_ptr<gloo::ReduceScatterHalvingDoubling<float>> rs_hd_;
   std::map<std::string, bool> checked_;
+  meshrt::bench::HandoffRunner plain_runner_{false};
+  meshrt::bench::HandoffRunner steal_runner_{true};
 };
 
 }  // namespace

@@ -6,16 +6,15 @@
 //
 // Reference points in the same binary, to read the figures against:
 //   BM_ValidateOnly        meshrt::validate_op alone;
-//   BM_CondvarHandoff      a bare request/complete round trip between two threads through a
-//                          mutex + condition_variable pair each way: the floor of meshrt's
-//                          worker-thread design (enqueue -> worker -> wait).
+//   BM_HandoffModel        the same thread handoff as meshrt's Communicator with an empty job
+//                          (bench/handoff_runner.h): the floor of the worker-thread design;
+//   BM_HandoffModelSteal   the same, with wait() running the job itself if the worker has not
+//                          taken it yet (a candidate fix, see docs/performance.md).
 #include <benchmark/benchmark.h>
 
-#include <condition_variable>
-#include <mutex>
-#include <thread>
 #include <vector>
 
+#include "bench/handoff_runner.h"
 #include "runtime/meshrt.h"
 #include "runtime/validation.h"
 
@@ -79,35 +78,27 @@ void BM_ValidateOnly(benchmark::State& state) {
 }
 BENCHMARK(BM_ValidateOnly);
 
-// Request -> worker -> completion through two mutex/condvar pairs, nothing else.
-void BM_CondvarHandoff(benchmark::State& state) {
-  std::mutex mu;
-  std::condition_variable to_worker, to_caller;
-  uint64_t requested = 0, done = 0;
-  bool stop = false;
-  std::thread worker([&] {
-    std::unique_lock lock(mu);
-    for (;;) {
-      to_worker.wait(lock, [&] { return stop || requested > done; });
-      if (stop) return;
-      ++done;
-      to_caller.notify_one();
-    }
-  });
+// The bare handoff meshrt's Communicator performs per op (queue + notify, worker wakes and runs,
+// completion + notify, caller wakes), with an empty job: bench/handoff_runner.h.
+void BM_HandoffModel(benchmark::State& state) {
+  meshrt::bench::HandoffRunner runner(/*steal=*/false);
+  runner.wait(runner.submit([] {}));
   for (auto _ : state) {
-    std::unique_lock lock(mu);
-    ++requested;
-    to_worker.notify_one();
-    to_caller.wait(lock, [&] { return done == requested; });
+    runner.wait(runner.submit([] {}));
   }
-  {
-    std::lock_guard lock(mu);
-    stop = true;
-  }
-  to_worker.notify_one();
-  worker.join();
   state.SetItemsProcessed(state.iterations());
 }
-BENCHMARK(BM_CondvarHandoff)->UseRealTime();
+BENCHMARK(BM_HandoffModel)->UseRealTime();
+
+// The same with the candidate fix: wait() runs the job itself if the worker has not taken it.
+void BM_HandoffModelSteal(benchmark::State& state) {
+  meshrt::bench::HandoffRunner runner(/*steal=*/true);
+  runner.wait(runner.submit([] {}));
+  for (auto _ : state) {
+    runner.wait(runner.submit([] {}));
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_HandoffModelSteal)->UseRealTime();
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cstdlib>
 #include <map>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <vector>
@@ -211,9 +212,38 @@ std::shared_ptr<Communicator> init(const InitOptions& o) {
   info.rank = o.rank;
   info.global_rank = o.rank;
   info.timeout_ms = o.timeout.count();
-  return std::make_shared<Communicator>(std::move(info), std::move(backend), resources);
+  auto world = std::make_shared<Communicator>(std::move(info), std::move(backend), resources);
+  set_default_world(world);
+  return world;
 }
 
 std::shared_ptr<Communicator> init() { return init(init_options_from_env()); }
+
+namespace {
+std::mutex default_world_mu;
+// Weak: the program owns its world; a static owner would tear it down after Gloo's statics.
+std::weak_ptr<Communicator> process_default_world;
+thread_local std::shared_ptr<Communicator> thread_default_world;
+}  // namespace
+
+std::shared_ptr<Communicator> default_world() {
+  if (thread_default_world) return thread_default_world;
+  std::lock_guard lock(default_world_mu);
+  auto world = process_default_world.lock();
+  if (!world) {
+    throw Error(ErrorCode::kInvalidArgument, {},
+                "no default world: call meshrt::init() first and keep its result");
+  }
+  return world;
+}
+
+void set_default_world(std::shared_ptr<Communicator> world) {
+  std::lock_guard lock(default_world_mu);
+  process_default_world = std::move(world);
+}
+
+void set_thread_default_world(std::shared_ptr<Communicator> world) {
+  thread_default_world = std::move(world);
+}
 
 }  // namespace meshrt

@@ -44,4 +44,14 @@ std::shared_ptr<Communicator> init(const InitOptions& options);
 // init(init_options_from_env()).
 std::shared_ptr<Communicator> init();
 
+// The world of the calling rank: the one run_inproc() gave this thread, else the last one init()
+// made in this process (while the program holds it). Throws Error(kInvalidArgument) when there
+// is none.
+std::shared_ptr<Communicator> default_world();
+// Sets the process-wide default world (init() does this).
+void set_default_world(std::shared_ptr<Communicator> world);
+// Sets the calling thread's default world, which wins over the process-wide one (run_inproc()
+// does this: its ranks are threads). Null clears it.
+void set_thread_default_world(std::shared_ptr<Communicator> world);
+
 }  // namespace meshrt

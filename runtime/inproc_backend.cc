@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "runtime/error.h"
+#include "runtime/init.h"
 #include "runtime/logging.h"
 
 namespace meshrt {
@@ -397,6 +398,7 @@ void run_inproc(int world_size, const std::function<void(Communicator& world)>& 
   for (int r = 0; r < world_size; ++r) {
     threads.emplace_back([&, r] {
       set_log_thread_rank(r);
+      set_thread_default_world(world[r]);
       try {
         fn(*world[r]);
       } catch (...) {
@@ -404,6 +406,7 @@ void run_inproc(int world_size, const std::function<void(Communicator& world)>& 
         // Fail the peers fast rather than let them wait out their timeouts.
         world[r]->abort();
       }
+      set_thread_default_world(nullptr);
     });
   }
   for (auto& t : threads) t.join();

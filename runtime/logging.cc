@@ -35,8 +35,18 @@ std::shared_ptr<spdlog::logger> make_logger() {
   auto formatter = std::make_unique<spdlog::pattern_formatter>();
   formatter->add_flag<RankFlag>('*').set_pattern("[%Y-%m-%d %H:%M:%S.%e] [meshrt rank %*] [%l] %v");
   logger->set_formatter(std::move(formatter));
-  const char* level = std::getenv("MESHRT_LOG_LEVEL");
-  logger->set_level(level ? spdlog::level::from_str(level) : spdlog::level::warn);
+  logger->set_level(spdlog::level::warn);
+  if (const char* level = std::getenv("MESHRT_LOG_LEVEL")) {
+    // spdlog maps unknown names to "off": a typo must not silence the logs.
+    const auto parsed = spdlog::level::from_str(level);
+    if (parsed == spdlog::level::off && std::string_view(level) != "off") {
+      logger->warn("MESHRT_LOG_LEVEL='{}' is not one of trace, debug, info, warn, error, "
+                   "critical, off; using warn",
+                   level);
+    } else {
+      logger->set_level(parsed);
+    }
+  }
   logger->flush_on(spdlog::level::warn);
   return logger;
 }

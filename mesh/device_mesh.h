@@ -1,0 +1,127 @@
+// DeviceMesh: an N-D grid of ranks with one named communicator per dim, like PyTorch's
+// DeviceMesh, with closed-form rank math, one split per dim, and a cross-rank consistency check
+// that fails every rank with a clear error where PyTorch hangs.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mesh/layout.h"
+#include "runtime/communicator.h"
+
+namespace meshrt {
+
+// Options of a new mesh.
+struct MeshOptions {
+  std::string name;  // Prefix of its communicators' names; default "mesh<N>" (N-th on this world).
+  std::chrono::milliseconds timeout{0};  // Bound of the consistency check; 0 = the world's.
+};
+
+struct MeshRoot;
+
+class DeviceMesh {
+ public:
+  // Device type, e.g. "cpu" or "cuda".
+  const std::string& device_type() const;
+  // Number of dims.
+  int ndim() const { return static_cast<int>(dims_.size()); }
+  // Sizes of the dims.
+  std::span<const int64_t> shape() const { return shape_; }
+  // Number of ranks in the mesh.
+  int64_t size() const;
+  // Size of dim `dim`.
+  int64_t size(int dim) const;
+  // Names of the dims.
+  std::span<const std::string> names() const { return names_; }
+  // Index of the dim named `name`; throws kInvalidArgument listing the names if unknown.
+  int dim_index(std::string_view name) const;
+  // Whether this rank belongs to the mesh.
+  bool is_member() const { return !coordinate_.empty(); }
+  // This rank's coordinate, one entry per dim; empty when it is not a member.
+  std::span<const int64_t> coordinate() const { return coordinate_; }
+  // This rank's index along a dim (its rank in that dim's communicator). Without a dim, only
+  // for 1-D meshes. Throws for non-members.
+  int64_t local_rank(int dim) const;
+  int64_t local_rank(std::string_view name) const;
+  int64_t local_rank() const;
+  // The communicator of a dim; dims of a sub-mesh share the parent's. Throws for non-members.
+  Communicator& comm(int dim) const;
+  Communicator& comm(std::string_view name) const;
+  Communicator& comm() const;
+  std::shared_ptr<Communicator> comm_ptr(int dim) const;
+  // Every group of a dim as global ranks in local-rank order, groups by their first member's
+  // position (for reports; allocates).
+  std::vector<std::vector<int>> groups(int dim) const;
+  std::vector<std::vector<int>> groups(std::string_view name) const;
+  // Global ranks of this rank's group along a dim, in local-rank order (allocates).
+  std::vector<int> group_ranks(int dim) const;
+
+  // The sub-mesh over `names` (dims of this mesh, or names flattened on the root when this is
+  // the root), in ascending mesh order. Creates no communicator.
+  std::shared_ptr<DeviceMesh> slice(std::span<const std::string> names) const;
+  std::shared_ptr<DeviceMesh> slice(std::initializer_list<std::string> names) const;
+  // A 1-D mesh joining `names` (ascending mesh order) as one dim called `name` (default: the
+  // names joined by '_'), registered on the root so that slice() and comm() of the root find it.
+  // The same name and layout again returns the same mesh. Collective over the world: one split.
+  std::shared_ptr<DeviceMesh> flatten(std::span<const std::string> names, std::string name = "");
+  std::shared_ptr<DeviceMesh> flatten(std::initializer_list<std::string> names,
+                                      std::string name = "");
+  // This mesh with dim `dim` replaced by dims of `sizes` named `names`; the other dims keep their
+  // communicators. Collective over the world: one split per new dim.
+  std::shared_ptr<DeviceMesh> unflatten(std::string_view dim, std::vector<int64_t> sizes,
+                                        std::vector<std::string> names);
+  // Communicators this rank created for this mesh and everything derived from it.
+  int communicators_created() const;
+  // "DeviceMesh(mesh0: pp=2, dp=3, tp=4, 'cpu')".
+  std::string describe() const;
+
+  // Used by the factories below.
+  DeviceMesh(std::shared_ptr<MeshRoot> root, std::vector<mesh::Dim> dims,
+             std::vector<std::shared_ptr<Communicator>> comms);
+
+ private:
+  const mesh::Dim& dim(int index) const;
+  std::shared_ptr<Communicator> split_dim(const mesh::Dim& dim) const;
+  [[noreturn]] void fail(std::string_view op, const std::string& problem) const;
+
+  std::shared_ptr<MeshRoot> root_;
+  std::vector<mesh::Dim> dims_;
+  std::vector<std::shared_ptr<Communicator>> comms_;  // Null for non-members.
+  std::vector<int64_t> shape_;
+  std::vector<std::string> names_;
+  std::vector<int64_t> coordinate_;
+};
+
+// The row-major mesh of `shape` over world ranks 0..prod(shape)-1, dims named `names` (default
+// "dim0", "dim1", ...). Ranks beyond the mesh get no coordinate and no communicators.
+// Collective over `world`: checks that every rank passed the same mesh, then one split per dim.
+std::shared_ptr<DeviceMesh> init_device_mesh(std::shared_ptr<Communicator> world,
+                                             std::string_view device, std::vector<int64_t> shape,
+                                             std::vector<std::string> names = {},
+                                             MeshOptions options = {});
+// The same over meshrt's default world (the one init() or run_inproc() made for this rank).
+std::shared_ptr<DeviceMesh> init_device_mesh(std::vector<int64_t> shape,
+                                             std::vector<std::string> names = {},
+                                             std::string_view device = "cpu");
+
+// A mesh over an explicit array of global ranks (row-major, `shape`): any permutation or subset
+// of the world, each rank at most once.
+std::shared_ptr<DeviceMesh> device_mesh_from_ranks(
+    std::shared_ptr<Communicator> world, std::string_view device, std::vector<int64_t> shape,
+    std::vector<int> ranks, std::vector<std::string> names = {}, MeshOptions options = {});
+
+// Megatron-LM's layout: `order` such as "tp-cp-ep-dp-pp" lists dims fastest first and `sizes`
+// gives each token's size in that order. Equal to the row-major mesh with the dims reversed, so
+// groups (and flattened groups) match Megatron's RankGenerator.
+std::shared_ptr<DeviceMesh> init_megatron_mesh(std::shared_ptr<Communicator> world,
+                                               std::string_view device, std::string_view order,
+                                               std::vector<int64_t> sizes,
+                                               MeshOptions options = {});
+
+}  // namespace meshrt

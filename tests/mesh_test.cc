@@ -1,0 +1,450 @@
+// DeviceMesh: the closed-form layout math against brute force and against Megatron's rank
+// generator, meshes of 1 to 4 dims on up to 64 in-process ranks (groups, collectives, slicing,
+// flatten, unflatten), every validation error, and a mismatched mesh failing on every rank.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <numeric>
+
+#include "mesh/device_mesh.h"
+#include "runtime/meshrt.h"
+
+namespace meshrt {
+namespace {
+
+// Row-major coordinates of `r` in `shape`, computed by counting (not by the formulas).
+std::vector<int64_t> brute_coordinate(const std::vector<int64_t>& shape, int64_t r) {
+  std::vector<int64_t> c(shape.size(), 0);
+  for (int64_t i = 0; i < r; ++i) {
+    for (size_t d = shape.size(); d-- > 0;) {
+      if (++c[d] < shape[d]) break;
+      c[d] = 0;
+    }
+  }
+  return c;
+}
+
+// The ranks that differ from `r` only in the dims of `dims`, ordered lexicographically by their
+// coordinates on those dims (outer dim slowest): the group semantics PyTorch documents.
+std::vector<int64_t> brute_group(const std::vector<int64_t>& shape, int64_t r,
+                                 const std::vector<int>& dims) {
+  const int64_t n = std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
+  const auto mine = brute_coordinate(shape, r);
+  std::vector<std::pair<std::vector<int64_t>, int64_t>> members;
+  for (int64_t q = 0; q < n; ++q) {
+    const auto c = brute_coordinate(shape, q);
+    bool same = true;
+    std::vector<int64_t> key;
+    for (size_t d = 0; d < shape.size(); ++d) {
+      if (std::find(dims.begin(), dims.end(), static_cast<int>(d)) != dims.end()) {
+        key.push_back(c[d]);
+      } else if (c[d] != mine[d]) {
+        same = false;
+      }
+    }
+    if (same) members.emplace_back(key, q);
+  }
+  std::sort(members.begin(), members.end());
+  std::vector<int64_t> out;
+  for (const auto& m : members) out.push_back(m.second);
+  return out;
+}
+
+std::vector<std::string> names_for(size_t n) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < n; ++i) out.push_back("d" + std::to_string(i));
+  return out;
+}
+
+TEST(Layout, RowMajorCoordinatesAndGroupsMatchBruteForce) {
+  const std::vector<std::vector<int64_t>> shapes = {
+      {6}, {2, 3}, {3, 1, 2}, {2, 3, 4}, {2, 2, 2, 2}};
+  for (const auto& shape : shapes) {
+    const auto names = names_for(shape.size());
+    const auto dims = mesh::row_major(shape, names);
+    const int64_t n = std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
+    for (int64_t r = 0; r < n; ++r) {
+      const auto c = brute_coordinate(shape, r);
+      for (size_t d = 0; d < shape.size(); ++d) {
+        ASSERT_EQ(dims[d].coordinate(r), c[d]);
+        std::vector<int64_t> group;
+        for (int64_t t = 0; t < dims[d].size(); ++t)
+          group.push_back(dims[d].member(dims[d].base(r), t));
+        ASSERT_EQ(group, brute_group(shape, r, {static_cast<int>(d)}));
+      }
+    }
+  }
+}
+
+TEST(Layout, FlattenedGroupsAreLexicographicInMeshOrder) {
+  const std::vector<int64_t> shape{2, 3, 4};
+  const auto dims = mesh::row_major(shape, names_for(3));
+  const std::vector<std::vector<int>> subsets = {{0, 1}, {1, 2}, {0, 2}, {0, 1, 2}};
+  for (const auto& subset : subsets) {
+    std::vector<mesh::Dim> chosen;
+    for (int d : subset) chosen.push_back(dims[d]);
+    const mesh::Dim flat = mesh::flatten(chosen, "f");
+    for (int64_t r = 0; r < 24; ++r) {
+      std::vector<int64_t> group;
+      for (int64_t t = 0; t < flat.size(); ++t) group.push_back(flat.member(flat.base(r), t));
+      const auto want = brute_group(shape, r, subset);
+      ASSERT_EQ(group, want);
+      ASSERT_EQ(group[flat.coordinate(r)], r);  // local rank = position in that order
+    }
+  }
+}
+
+TEST(Layout, UnflattenEqualsTheFinerRowMajorMesh) {
+  // (6, 4) with dim 0 unflattened to (2, 3) is the row-major mesh (2, 3, 4).
+  const auto coarse = mesh::row_major(std::vector<int64_t>{6, 4}, names_for(2));
+  const auto parts =
+      mesh::unflatten(coarse[0], std::vector<int64_t>{2, 3}, std::vector<std::string>{"a", "b"});
+  const auto fine = mesh::row_major(std::vector<int64_t>{2, 3, 4}, names_for(3));
+  ASSERT_EQ(parts.size(), 2u);
+  EXPECT_EQ(parts[0].parts, fine[0].parts);
+  EXPECT_EQ(parts[1].parts, fine[1].parts);
+  // Unflattening a flattened non-contiguous dim gives back its parts.
+  const mesh::Dim flat = mesh::flatten(std::vector<mesh::Dim>{fine[0], fine[2]}, "f");
+  const auto back =
+      mesh::unflatten(flat, std::vector<int64_t>{2, 4}, std::vector<std::string>{"x", "y"});
+  EXPECT_EQ(back[0].parts, fine[0].parts);
+  EXPECT_EQ(back[1].parts, fine[2].parts);
+  // (2, 3) cannot be cut into (3, 2): 2 does not divide the inner factor 3.
+  const mesh::Dim two_three = mesh::flatten(std::vector<mesh::Dim>{fine[0], fine[1]}, "g");
+  EXPECT_THROW(
+      mesh::unflatten(two_three, std::vector<int64_t>{3, 2}, std::vector<std::string>{"x", "y"}),
+      std::invalid_argument);
+}
+
+// Megatron-LM's RankGenerator, written from its description: global rank = sum of index * prefix
+// product over the order's tokens (first token fastest); groups enumerate the unmasked tokens
+// (first fastest) x the masked tokens (first fastest).
+std::vector<std::vector<int64_t>> megatron_groups(const std::vector<int64_t>& sizes,
+                                                  const std::vector<bool>& mask) {
+  std::vector<int64_t> stride(sizes.size());
+  int64_t s = 1;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    stride[i] = s;
+    s *= sizes[i];
+  }
+  auto enumerate = [&](bool masked) {
+    std::vector<std::pair<int64_t, int64_t>> dims;  // (size, stride), first fastest
+    for (size_t i = 0; i < sizes.size(); ++i)
+      if (mask[i] == masked) dims.emplace_back(sizes[i], stride[i]);
+    std::vector<int64_t> offsets{0};
+    for (const auto& [size, st] : dims) {
+      std::vector<int64_t> next;
+      for (int64_t k = 0; k < size; ++k)
+        for (int64_t o : offsets) next.push_back(o + k * st);
+      offsets = next;
+    }
+    return offsets;
+  };
+  std::vector<std::vector<int64_t>> groups;
+  for (int64_t outer : enumerate(false)) {
+    std::vector<int64_t> g;
+    for (int64_t inner : enumerate(true)) g.push_back(outer + inner);
+    groups.push_back(g);
+  }
+  return groups;
+}
+
+TEST(Megatron, OrderStringMeshGivesMegatronGroupsForEveryMask) {
+  // order tp-cp-dp-pp with sizes (2, 1, 3, 2): world 12.
+  const std::vector<std::string> tokens{"tp", "cp", "dp", "pp"};
+  const std::vector<int64_t> sizes{2, 1, 3, 2};
+  std::mutex mu;
+  std::vector<std::string> failures;
+  run_inproc(12, [&](Communicator& world) {
+    auto m = init_megatron_mesh(default_world(), "cpu", "tp-cp-dp-pp", sizes);
+    EXPECT_EQ(std::vector<std::string>(m->names().begin(), m->names().end()),
+              (std::vector<std::string>{"pp", "dp", "cp", "tp"}));
+    for (int mask_bits = 1; mask_bits < 16; ++mask_bits) {
+      std::vector<bool> mask(4);
+      std::vector<std::string> chosen;  // in mesh order (reversed tokens)
+      for (int i = 3; i >= 0; --i) {
+        mask[i] = (mask_bits >> i) & 1;
+        if (mask[i]) chosen.push_back(tokens[i]);
+      }
+      const auto want = megatron_groups(sizes, mask);
+      std::vector<int> mine;
+      for (const auto& g : want)
+        if (std::find(g.begin(), g.end(), world.rank()) != g.end()) mine.assign(g.begin(), g.end());
+      std::vector<int> got;
+      if (chosen.size() == 1) {
+        got = m->group_ranks(m->dim_index(chosen[0]));
+      } else {
+        got = m->flatten(chosen)->group_ranks(0);
+      }
+      if (got != mine) {
+        std::lock_guard lock(mu);
+        failures.push_back(fmt::format("rank {} mask {}: got [{}] want [{}]", world.rank(),
+                                       mask_bits, fmt::join(got, ","), fmt::join(mine, ",")));
+      }
+    }
+  });
+  EXPECT_TRUE(failures.empty()) << failures.front();
+}
+
+// Every rank all_reduces its global rank on every dim and checks the sum of its group.
+void check_mesh_collectives(const DeviceMesh& m, Communicator& world,
+                            std::vector<std::string>& failures, std::mutex& mu) {
+  for (int d = 0; d < m.ndim(); ++d) {
+    const auto members = m.group_ranks(d);
+    Communicator& c = m.comm(d);
+    std::vector<int64_t> x{world.global_rank()};
+    c.all_reduce(view(x))->wait();
+    const int64_t want = std::accumulate(members.begin(), members.end(), int64_t{0});
+    std::vector<int> comm_ranks(c.global_ranks().begin(), c.global_ranks().end());
+    if (x[0] != want || comm_ranks != members || c.rank() != m.local_rank(d) ||
+        c.name() != "mesh0/" + std::string(m.names()[d])) {
+      std::lock_guard lock(mu);
+      failures.push_back(fmt::format("rank {} dim {}: sum {} want {}, comm '{}' ranks [{}] vs [{}]",
+                                     world.rank(), m.names()[d], x[0], want, c.name(),
+                                     fmt::join(comm_ranks, ","), fmt::join(members, ",")));
+    }
+  }
+}
+
+struct MeshCase {
+  int world;
+  std::vector<int64_t> shape;
+};
+
+class MeshShapes : public ::testing::TestWithParam<MeshCase> {};
+
+TEST_P(MeshShapes, CoordinatesGroupsAndCollectivesOnEveryDim) {
+  const auto& [world_size, shape] = GetParam();
+  std::mutex mu;
+  std::vector<std::string> failures;
+  run_inproc(world_size, [&](Communicator& world) {
+    auto m = init_device_mesh(shape, names_for(shape.size()));
+    const int64_t n = m->size();
+    if (world.rank() >= n) {
+      EXPECT_FALSE(m->is_member());
+      EXPECT_THROW(m->comm(0), Error);
+      return;
+    }
+    EXPECT_EQ(std::vector<int64_t>(m->coordinate().begin(), m->coordinate().end()),
+              brute_coordinate(shape, world.rank()));
+    EXPECT_EQ(m->communicators_created(), static_cast<int>(shape.size()));
+    for (int d = 0; d < m->ndim(); ++d) {
+      const auto g = brute_group(shape, world.rank(), {d});
+      EXPECT_EQ(m->group_ranks(d), std::vector<int>(g.begin(), g.end()));
+      EXPECT_EQ(m->groups(d).size(), static_cast<size_t>(n / shape[d]));
+    }
+    check_mesh_collectives(*m, world, failures, mu);
+  });
+  EXPECT_TRUE(failures.empty()) << failures.front();
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, MeshShapes,
+                         ::testing::Values(MeshCase{4, {4}}, MeshCase{6, {2, 3}},
+                                           MeshCase{7, {2, 3}}, MeshCase{24, {2, 3, 4}},
+                                           MeshCase{16, {2, 2, 2, 2}}, MeshCase{64, {2, 4, 8}},
+                                           MeshCase{64, {4, 2, 2, 4}}));
+
+TEST(DeviceMesh, SliceFlattenUnflattenReuseAndCreateTheRightCommunicators) {
+  std::mutex mu;
+  std::vector<std::string> failures;
+  run_inproc(24, [&](Communicator& world) {
+    auto m = init_device_mesh({2, 3, 4}, {"pp", "dp", "tp"});
+    EXPECT_EQ(m->communicators_created(), 3);
+    // Slices reuse the parent's communicators.
+    auto dp_tp = m->slice({"dp", "tp"});
+    EXPECT_EQ(&dp_tp->comm("tp"), &m->comm("tp"));
+    EXPECT_EQ(&m->slice({"pp", "tp"})->comm(1), &m->comm(2));
+    EXPECT_EQ(m->communicators_created(), 3);
+    // Flatten: one new communicator, registered on the root, cached by name and layout.
+    auto flat = m->flatten({"dp", "tp"});
+    EXPECT_EQ(flat->names()[0], "dp_tp");
+    EXPECT_EQ(flat->size(), 12);
+    EXPECT_EQ(m->communicators_created(), 4);
+    EXPECT_EQ(m->flatten({"dp", "tp"}).get(), flat.get());
+    EXPECT_EQ(m->communicators_created(), 4);
+    EXPECT_EQ(&m->comm("dp_tp"), &flat->comm());
+    auto pp_flat = m->slice({"pp", "dp_tp"});
+    EXPECT_EQ(pp_flat->ndim(), 2);
+    EXPECT_EQ(&pp_flat->comm(1), &flat->comm());
+    check_mesh_collectives(*flat, world, failures, mu);
+    // Non-contiguous flatten, named explicitly.
+    auto pt = m->flatten({"pp", "tp"}, "pptp");
+    EXPECT_EQ(pt->group_ranks(0).size(), 8u);
+    std::vector<int64_t> x{1};
+    pt->comm().all_reduce(view(x))->wait();
+    EXPECT_EQ(x[0], 8);
+    // Unflatten tp (4) into (2, 2): pp and dp keep theirs, two new ones.
+    auto u = m->unflatten("tp", {2, 2}, {"tp_outer", "tp_inner"});
+    EXPECT_EQ(u->ndim(), 4);
+    EXPECT_EQ(&u->comm("pp"), &m->comm("pp"));
+    EXPECT_EQ(&u->comm("dp"), &m->comm("dp"));
+    EXPECT_EQ(m->communicators_created(), 7);
+    EXPECT_EQ(u->local_rank("tp_outer") * 2 + u->local_rank("tp_inner"), m->local_rank("tp"));
+  });
+  EXPECT_TRUE(failures.empty()) << failures.front();
+}
+
+TEST(DeviceMesh, ExplicitRankArrayPermutationAndSubset) {
+  run_inproc(6, [&](Communicator& world) {
+    // 2x2 over ranks {5, 3, 1, 0}: ranks 2 and 4 are outside.
+    auto m = device_mesh_from_ranks(default_world(), "cpu", {2, 2}, {5, 3, 1, 0}, {"a", "b"});
+    if (world.rank() == 2 || world.rank() == 4) {
+      EXPECT_FALSE(m->is_member());
+      return;
+    }
+    const std::map<int, std::vector<int64_t>> coords = {
+        {5, {0, 0}}, {3, {0, 1}}, {1, {1, 0}}, {0, {1, 1}}};
+    EXPECT_EQ(std::vector<int64_t>(m->coordinate().begin(), m->coordinate().end()),
+              coords.at(world.rank()));
+    const std::map<int, std::vector<int>> b_groups = {
+        {5, {5, 3}}, {3, {5, 3}}, {1, {1, 0}}, {0, {1, 0}}};
+    EXPECT_EQ(m->group_ranks(1), b_groups.at(world.rank()));
+    std::vector<int32_t> x{world.rank()};
+    m->comm("a").all_reduce(view(x))->wait();
+    EXPECT_EQ(x[0], world.rank() == 5 || world.rank() == 1 ? 6 : 3);
+  });
+}
+
+// Runs `make` on every rank of a 4-rank world and expects each to throw kInvalidArgument with
+// `problem` in the message.
+void expect_all_fail(const std::function<void(Communicator&)>& make, const std::string& problem,
+                     int world_size = 4) {
+  std::atomic<int> failed{0};
+  auto world = make_inproc_world(world_size);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world_size; ++r) {
+    threads.emplace_back([&, r] {
+      set_thread_default_world(world[r]);
+      try {
+        make(*world[r]);
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(problem), std::string::npos) << e.what();
+        ++failed;
+      }
+      set_thread_default_world(nullptr);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failed.load(), world_size) << problem;
+}
+
+TEST(DeviceMeshValidation, EveryErrorOnEveryRank) {
+  expect_all_fail(
+      [](Communicator&) {
+        init_device_mesh({2, 2}, {"dp", "dp"});
+      },
+      "dim name 'dp' is repeated");
+  expect_all_fail(
+      [](Communicator&) {
+        init_device_mesh({2, 2}, {"dp"});
+      },
+      "1 names [dp] for 2 dims");
+  expect_all_fail(
+      [](Communicator&) {
+        init_device_mesh({2, 0}, {"dp", "tp"});
+      },
+      "dim 'tp' has size 0");
+  expect_all_fail(
+      [](Communicator&) {
+        init_device_mesh({-2, 2}, {"dp", "tp"});
+      },
+      "dim 'dp' has size -2");
+  expect_all_fail(
+      [](Communicator&) {
+        init_device_mesh({4, 2}, {"dp", "tp"});
+      },
+      "needs 8 ranks but the world has 4");
+  expect_all_fail(
+      [](Communicator&) {
+        init_device_mesh({2, 2}, {"dp", "tp"}, "cuda:0");
+      },
+      "device 'cuda:0' has an index");
+  expect_all_fail(
+      [](Communicator&) {
+        device_mesh_from_ranks(default_world(), "cpu", {2, 2}, {0, 1, 1, 3});
+      },
+      "rank 1 appears twice");
+  expect_all_fail(
+      [](Communicator&) {
+        init_device_mesh({2, 2}, {"dp", "tp"})->slice({"ep"});
+      },
+      "no dim named 'ep'");
+  expect_all_fail(
+      [](Communicator&) {
+        init_device_mesh({2, 2}, {"dp", "tp"})->slice({"tp", "dp"});
+      },
+      "not in ascending mesh order");
+  expect_all_fail(
+      [](Communicator&) {
+        init_device_mesh({2, 2}, {"dp", "tp"})->local_rank();
+      },
+      "the mesh has 2 dims: name one");
+  expect_all_fail(
+      [](Communicator&) {
+        init_device_mesh({2, 2}, {"dp", "tp"})->comm();
+      },
+      "the mesh has 2 dims: name one");
+  expect_all_fail(
+      [](Communicator&) {
+        init_device_mesh({2, 2}, {"dp", "tp"})->flatten({"dp", "tp"}, "tp");
+      },
+      "'tp' is already a dim");
+  expect_all_fail(
+      [](Communicator&) {
+        auto m = init_device_mesh({1, 2, 2}, {"pp", "dp", "tp"});
+        m->flatten({"dp", "tp"}, "f");
+        m->flatten({"pp", "dp"}, "f");
+      },
+      "'f' was flattened before from other dims");
+  expect_all_fail(
+      [](Communicator&) {
+        init_device_mesh({2, 2}, {"dp", "tp"})->unflatten("tp", {3}, {"a"});
+      },
+      "sizes [3] multiply to 3 but dim 'tp' has 2");
+  expect_all_fail(
+      [](Communicator&) {
+        auto m = init_device_mesh({2, 2}, {"dp", "tp"});
+        m->flatten({"dp", "tp"});
+        m->slice({"dp", "dp_tp"});
+      },
+      "overlap");
+}
+
+TEST(DeviceMeshValidation, MismatchedMeshFailsEveryRankNamingWhoPassedWhat) {
+  const auto start = std::chrono::steady_clock::now();
+  expect_all_fail(
+      [](Communicator& world) {
+        if (world.rank() == 2) {
+          init_device_mesh({4}, {"dp"});
+        } else {
+          init_device_mesh({2, 2}, {"dp", "tp"});
+        }
+      },
+      "ranks [0, 1, 3] passed device=cpu shape=[2,2] names=[dp,tp] ranks=row-major; rank [2] "
+      "passed device=cpu shape=[4] names=[dp]");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+TEST(DeviceMeshValidation, ARankThatNeverBuildsTheMeshTimesOutTheOthers) {
+  auto world = make_inproc_world(3, {.name = "world", .timeout = std::chrono::milliseconds(300)});
+  std::atomic<int> failed{0};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        init_device_mesh(world[r], "cpu", {3}, {"dp"});
+      } catch (const Error& e) {
+        ++failed;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failed.load(), 2);
+}
+
+}  // namespace
+}  // namespace meshrt
