@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   g++ meson ninja-build pkg-config cmake python3
-  libgloo-dev libboost-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
+  libgloo-dev libboost-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
 )
