@@ -1,6 +1,6 @@
-// The foundation demo: every rank joins the job from torchrun-style variables, builds a 2 x (N/2)
-// "dp x tp" layout with two splits, runs collectives on each communicator, checks every element,
-// and rank 0 prints what ran where and how long it took. Exit status 1 on a wrong result.
+// The demo: every rank joins the job from torchrun-style variables, builds a 2 x (N/2) "dp x tp"
+// DeviceMesh, runs collectives on each dim's communicator, checks every element, and rank 0
+// prints what ran where and how long it took. Exit status 1 on a wrong result.
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "mesh/device_mesh.h"
 #include "runtime/meshrt.h"
 
 namespace {
@@ -33,10 +34,11 @@ int main() {
       std::fprintf(stderr, "collectives_demo needs an even number of ranks, got %d\n", n);
       return 2;
     }
-    const int tp_size = n / 2;
-    // Ranks [0..tp) and [tp..n) form the two tp groups; ranks r and r + tp form a dp group.
-    auto tp = world->split(r / tp_size, r, {.name = "mesh0/tp", .description = "mesh_tp"});
-    auto dp = world->split(r % tp_size, r, {.name = "mesh0/dp", .description = "mesh_dp"});
+    // Ranks [0..n/2) and [n/2..n) form the two tp groups; ranks r and r + n/2 form a dp group.
+    auto mesh = meshrt::init_device_mesh({2, n / 2}, {"dp", "tp"});
+    meshrt::Communicator* tp = &mesh->comm("tp");
+    meshrt::Communicator* dp = &mesh->comm("dp");
+    const int tp_size = tp->size();
     Check check;
     std::vector<meshrt::WorkHandle> done;
 

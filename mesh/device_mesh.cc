@@ -204,6 +204,7 @@ std::shared_ptr<Communicator> DeviceMesh::split_dim(const mesh::Dim& d) const {
   CommOptions options;
   options.name = root_->name + "/" + d.name;
   options.description = "mesh_" + d.name;
+  options.mesh_dim = d.name;
   auto comm = root_->world->split(p >= 0 ? static_cast<int>(d.base(p)) : kNoColor,
                                   p >= 0 ? static_cast<int>(d.coordinate(p)) : 0, options);
   if (comm) {

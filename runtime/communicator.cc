@@ -330,6 +330,7 @@ std::shared_ptr<Communicator> Communicator::split(int color, int key, CommOption
       child.name =
           options.name.empty() ? fmt::format("{}/split{}.{}", name(), index, color) : options.name;
       child.description = options.description;
+      child.mesh_dim = options.mesh_dim;
       for (int r : members) child.global_ranks.push_back(info_->global_ranks[r]);
       child.rank = spec.rank;
       child.global_rank = global_rank();

@@ -25,6 +25,7 @@ inline constexpr std::chrono::milliseconds kDefaultOpTimeout{std::chrono::minute
 struct CommOptions {
   std::string name;                      // Default: "<parent name>/split<N>.<color>".
   std::string description;               // Default: the name.
+  std::string mesh_dim;                  // The mesh dim it serves, for tracing; empty for none.
   std::chrono::milliseconds timeout{0};  // Default op timeout; 0 inherits the parent's.
 };
 

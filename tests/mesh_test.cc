@@ -201,7 +201,8 @@ void check_mesh_collectives(const DeviceMesh& m, Communicator& world,
     const int64_t want = std::accumulate(members.begin(), members.end(), int64_t{0});
     std::vector<int> comm_ranks(c.global_ranks().begin(), c.global_ranks().end());
     if (x[0] != want || comm_ranks != members || c.rank() != m.local_rank(d) ||
-        c.name() != "mesh0/" + std::string(m.names()[d])) {
+        c.name() != "mesh0/" + std::string(m.names()[d]) || c.info()->mesh_dim != m.names()[d] ||
+        c.description() != "mesh_" + m.names()[d]) {
       std::lock_guard lock(mu);
       failures.push_back(fmt::format("rank {} dim {}: sum {} want {}, comm '{}' ranks [{}] vs [{}]",
                                      world.rank(), m.names()[d], x[0], want, c.name(),

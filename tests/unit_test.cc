@@ -8,6 +8,7 @@
 
 #include "runtime/meshrt.h"
 #include "runtime/validation.h"
+#include "trace/bandwidth.h"
 #include "trace/tracer.h"
 
 namespace meshrt {
@@ -236,6 +237,32 @@ TEST(Tracing, EveryOpPassesThroughTheSinksAndSinkErrorsNeverReachTheOp) {
                                       "end all_reduce completed", "enqueue all_gather",
                                       "start all_gather", "end all_gather completed"}));
   EXPECT_EQ(trace::sink_failures() - failures_before, 6u);
+}
+
+TEST(Bandwidth, NcclTestsFactorsTable) {
+  // (op, n, bus factor), from nccl-tests' PERFORMANCE.md.
+  const std::tuple<const char*, int, double> table[] = {{"all_reduce", 2, 1.0},
+                                                        {"all_reduce", 4, 1.5},
+                                                        {"all_reduce", 8, 1.75},
+                                                        {"all_gather", 4, 0.75},
+                                                        {"reduce_scatter", 8, 0.875},
+                                                        {"all_to_all", 2, 0.5},
+                                                        {"gather", 4, 0.75},
+                                                        {"scatter", 4, 0.75},
+                                                        {"broadcast", 8, 1.0},
+                                                        {"reduce", 8, 1.0},
+                                                        {"send", 2, 1.0},
+                                                        {"recv", 2, 1.0},
+                                                        {"all_reduce", 1, 0.0},
+                                                        {"barrier", 4, 0.0}};
+  for (const auto& [op, n, factor] : table) {
+    EXPECT_DOUBLE_EQ(trace::bus_factor(op, n), factor) << op << " n=" << n;
+  }
+  // 64 MiB in 50 ms: algbw 1.342 GB/s; all_reduce on 2 ranks: busbw = algbw (not doubled).
+  EXPECT_NEAR(trace::algbw_gbps(64u << 20, 50000.0), 1.34217728, 1e-9);
+  EXPECT_NEAR(trace::busbw_gbps("all_reduce", 2, 64u << 20, 50000.0), 1.34217728, 1e-9);
+  EXPECT_NEAR(trace::busbw_gbps("all_reduce", 4, 1000000, 1000.0), 1.5, 1e-12);
+  EXPECT_EQ(trace::algbw_gbps(100, 0.0), 0.0);
 }
 
 // Sets environment variables for one test and restores them after.

@@ -18,6 +18,7 @@ struct CommInfo {
   std::string store_key;          // Identity shared by all members, e.g. "world/split1.c0".
   std::string name;               // e.g. "world" or "mesh0/tp".
   std::string description;        // e.g. "default_pg" or "mesh_tp".
+  std::string mesh_dim;           // The mesh dim it serves ("tp", "dp_tp"); empty for none.
   std::string backend;            // "gloo", "inproc", ...
   std::vector<int> global_ranks;  // Group rank i is global rank global_ranks[i].
   int rank = -1;                  // This process's rank in the group.
