@@ -10,6 +10,7 @@
 #include "runtime/error.h"
 #include "runtime/logging.h"
 #include "runtime/validation.h"
+#include "trace/comm_logger.h"
 #include "trace/tracer.h"
 
 namespace meshrt {
@@ -22,6 +23,7 @@ std::atomic<uint64_t> next_comm_uid{0};
 Communicator::Communicator(trace::CommInfo info, std::unique_ptr<Backend> backend,
                            std::shared_ptr<void> resources)
     : backend_(std::move(backend)), resources_(std::move(resources)) {
+  trace::CommLogger::install_from_env();
   info.uid = next_comm_uid.fetch_add(1);
   info.backend = std::string(backend_->name());
   if (info.description.empty()) info.description = info.name;

@@ -1,0 +1,291 @@
+#include "trace/comm_logger.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "trace/bandwidth.h"
+
+namespace meshrt::trace {
+namespace {
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  for (std::string item; std::getline(ss, item, ',');) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::string_view(v) != "0" && std::string_view(v) != "";
+}
+
+double percentile_ms(std::vector<int64_t> samples, double q) {
+  if (samples.empty()) return 0;
+  // Nearest rank, as nccl-tests' p99.
+  const size_t k = static_cast<size_t>(std::max(1.0, std::ceil(q * samples.size()))) - 1;
+  std::nth_element(samples.begin(), samples.begin() + k, samples.end());
+  return samples[k] / 1e6;
+}
+
+std::string human_bytes(uint64_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024 && u < 3) {
+    v /= 1024;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{} B", b) : fmt::format("{:.0f} {}", v, units[u]);
+}
+
+// Temp file, fsync, rename: a reader never sees a partial summary.
+bool write_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return false;
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n <= 0) {
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return false;
+    }
+    done += static_cast<size_t>(n);
+  }
+  const bool ok = ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    return false;
+  }
+  return true;
+}
+
+void write_at_exit() {
+  CommLogger& logger = CommLogger::instance();
+  const std::string path = logger.options().summary_path;
+  if (path.empty()) return;
+  for (const auto& p : logger.write_summaries(path)) {
+    (void)p;
+  }
+}
+
+}  // namespace
+
+uint64_t size_bucket(uint64_t bytes) {
+  if (bytes == 0) return 0;
+  return uint64_t{1} << (63 - __builtin_clzll(bytes));
+}
+
+CommLogger& CommLogger::instance() {
+  static CommLogger logger;
+  return logger;
+}
+
+void CommLogger::install_from_env() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    CommLoggerOptions o;
+    const char* summary = std::getenv("MESHRT_COMMS_SUMMARY");
+    o.summary_path = summary ? summary : "";
+    o.enabled = env_flag("MESHRT_COMMS_LOG") || !o.summary_path.empty();
+    o.verbose = env_flag("MESHRT_COMMS_LOG_VERBOSE");
+    if (const char* ops = std::getenv("MESHRT_COMMS_LOG_OPS")) o.ops = split_list(ops);
+    if (!o.enabled) return;
+    instance().configure(std::move(o));
+  });
+}
+
+void CommLogger::configure(CommLoggerOptions options) {
+  bool was_enabled;
+  bool wants_exit_writer;
+  {
+    std::lock_guard lock(mu_);
+    was_enabled = options_.enabled;
+    options_ = std::move(options);
+    wants_exit_writer = !options_.summary_path.empty();
+  }
+  // Registered only while enabled, so a disabled logger costs the hot path nothing.
+  static std::shared_ptr<Sink> self(&instance(), [](Sink*) {});
+  if (options_.enabled && !was_enabled) add_sink(self);
+  if (!options_.enabled && was_enabled) remove_sink(self.get());
+  static std::once_flag exit_writer;
+  if (wants_exit_writer) std::call_once(exit_writer, [] { std::atexit(write_at_exit); });
+}
+
+CommLoggerOptions CommLogger::options() const {
+  std::lock_guard lock(mu_);
+  return options_;
+}
+
+void CommLogger::start() {
+  std::lock_guard lock(mu_);
+  active_ = true;
+}
+
+void CommLogger::stop() {
+  std::lock_guard lock(mu_);
+  active_ = false;
+}
+
+void CommLogger::reset() {
+  std::lock_guard lock(mu_);
+  rows_.clear();
+}
+
+bool CommLogger::selected(std::string_view op) const {
+  return options_.ops.empty() ||
+         std::find(options_.ops.begin(), options_.ops.end(), op) != options_.ops.end();
+}
+
+void CommLogger::on_end(const OpRecord& r) {
+  if (r.state != OpState::kCompleted || !r.comm) return;
+  const int64_t ns = r.end_ns - r.start_ns;
+  bool verbose;
+  {
+    std::lock_guard lock(mu_);
+    if (!options_.enabled || !active_ || !selected(r.op)) return;
+    Row& row = rows_[Key{r.comm->global_rank, r.comm->uid, r.op, size_bucket(r.bytes)}];
+    if (!row.comm) {
+      row.comm = r.comm;
+      row.samples_ns.reserve(kSamples);
+    }
+    if (row.samples_ns.size() < kSamples) {
+      row.samples_ns.push_back(ns);
+    } else {
+      row.samples_ns[row.count % kSamples] = ns;
+    }
+    ++row.count;
+    row.total_bytes += r.bytes;
+    row.total_ns += ns;
+    verbose = options_.verbose;
+  }
+  if (verbose) {
+    const int n = static_cast<int>(r.comm->global_ranks.size());
+    const double us = ns / 1e3;
+    const std::string line = fmt::format(
+        "[meshrt rank {}] comm op: {} | dim: {} | group: {} | size: {} B | time (ms): {:.3f} | "
+        "algbw (GB/s): {:.3f} | busbw (GB/s): {:.3f}\n",
+        r.comm->global_rank, r.op, r.comm->mesh_dim.empty() ? r.comm->name : r.comm->mesh_dim, n,
+        r.bytes, us / 1e3, algbw_gbps(r.bytes, us), busbw_gbps(r.op, n, r.bytes, us));
+    std::fwrite(line.data(), 1, line.size(), stderr);
+  }
+}
+
+std::vector<SummaryRow> CommLogger::summary(int global_rank) const {
+  std::map<std::tuple<std::string, std::string, std::string, int, uint64_t>, SummaryRow> merged;
+  std::map<std::tuple<std::string, std::string, std::string, int, uint64_t>,
+           std::pair<std::vector<int64_t>, uint64_t>>
+      samples;  // Communicators of one dim (e.g. two meshes) merge into one row.
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [key, row] : rows_) {
+      if (key.global_rank != global_rank) continue;
+      const int n = static_cast<int>(row.comm->global_ranks.size());
+      const auto k =
+          std::make_tuple(row.comm->mesh_dim, row.comm->mesh_dim.empty() ? row.comm->name : "",
+                          std::string(key.op), n, key.bucket);
+      SummaryRow& s = merged[k];
+      s.mesh_dim = row.comm->mesh_dim;
+      s.comm = s.comm.empty() ? row.comm->name : s.comm;
+      s.op = std::string(key.op);
+      s.group_size = n;
+      s.bytes = key.bucket;
+      s.count += row.count;
+      s.total_ms += row.total_ns / 1e6;
+      auto& [all, bytes] = samples[k];
+      all.insert(all.end(), row.samples_ns.begin(), row.samples_ns.end());
+      bytes += row.total_bytes;
+    }
+  }
+  std::vector<SummaryRow> out;
+  for (auto& [k, s] : merged) {
+    const auto& [all, bytes] = samples[k];
+    s.avg_ms = s.count ? s.total_ms / s.count : 0;
+    s.p50_ms = percentile_ms(all, 0.50);
+    s.p99_ms = percentile_ms(all, 0.99);
+    const double mean_bytes = s.count ? static_cast<double>(bytes) / s.count : 0;
+    s.algbw_gbps = algbw_gbps(static_cast<uint64_t>(mean_bytes), s.avg_ms * 1e3);
+    s.busbw_gbps = s.algbw_gbps * bus_factor(s.op, s.group_size);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::vector<int> CommLogger::ranks() const {
+  std::lock_guard lock(mu_);
+  std::set<int> ranks;
+  for (const auto& [key, row] : rows_) ranks.insert(key.global_rank);
+  return {ranks.begin(), ranks.end()};
+}
+
+std::string CommLogger::summary_table(int global_rank) const {
+  const auto rows = summary(global_rank);
+  std::string out =
+      fmt::format("{:<10} {:<16} {:>5} {:>10} {:>8} {:>11} {:>10} {:>10} {:>10} {:>11} {:>11}\n",
+                  "mesh dim", "op", "group", "size", "count", "total ms", "avg ms", "p50 ms",
+                  "p99 ms", "algbw GB/s", "busbw GB/s");
+  std::string last_dim = "\x01";
+  for (const auto& r : rows) {
+    const std::string dim = r.mesh_dim.empty() ? r.comm : r.mesh_dim;
+    out += fmt::format(
+        "{:<10} {:<16} {:>5} {:>10} {:>8} {:>11.3f} {:>10.3f} {:>10.3f} {:>10.3f} {:>11.3f} "
+        "{:>11.3f}\n",
+        dim == last_dim ? "" : dim, r.op, r.group_size, human_bytes(r.bytes), r.count, r.total_ms,
+        r.avg_ms, r.p50_ms, r.p99_ms, r.algbw_gbps, r.busbw_gbps);
+    last_dim = dim;
+  }
+  return out;
+}
+
+std::string CommLogger::summary_json(int global_rank) const {
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  for (const auto& r : summary(global_rank)) {
+    rows.push_back({{"mesh_dim", r.mesh_dim.empty() ? nlohmann::ordered_json(nullptr)
+                                                    : nlohmann::ordered_json(r.mesh_dim)},
+                    {"comm", r.comm},
+                    {"op", r.op},
+                    {"group_size", r.group_size},
+                    {"bytes", r.bytes},
+                    {"count", r.count},
+                    {"total_ms", r.total_ms},
+                    {"avg_ms", r.avg_ms},
+                    {"p50_ms", r.p50_ms},
+                    {"p99_ms", r.p99_ms},
+                    {"algbw_gbps", r.algbw_gbps},
+                    {"busbw_gbps", r.busbw_gbps}});
+  }
+  nlohmann::ordered_json doc = {{"rank", global_rank}, {"rows", rows}};
+  return doc.dump(2) + "\n";
+}
+
+std::vector<std::string> CommLogger::write_summaries(const std::string& pattern) const {
+  std::vector<std::string> written;
+  for (int rank : ranks()) {
+    std::string path = pattern;
+    for (size_t at = path.find("{rank}"); at != std::string::npos; at = path.find("{rank}")) {
+      path.replace(at, 6, std::to_string(rank));
+    }
+    if (write_atomically(path, summary_json(rank))) {
+      written.push_back(path);
+    } else {
+      std::fprintf(stderr, "[meshrt rank %d] could not write the comms summary to %s\n", rank,
+                   path.c_str());
+    }
+  }
+  return written;
+}
+
+}  // namespace meshrt::trace

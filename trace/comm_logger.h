@@ -1,0 +1,105 @@
+// The comm logger: per-op latency, size and bandwidth, summarised by mesh dim, op and message
+// size, like DeepSpeed's comms logger but per group (busbw uses the size of the group the op ran
+// on), without synchronising anything, and per rank (in-process ranks share a process).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "trace/tracer.h"
+
+namespace meshrt::trace {
+
+// What the logger records.
+struct CommLoggerOptions {
+  bool enabled = false;          // Master switch.
+  bool verbose = false;          // One line per completed op on stderr.
+  std::vector<std::string> ops;  // Only these ops ("all_reduce", ...); empty = every op.
+  std::string summary_path;      // Written at exit per rank; "{rank}" becomes the global rank.
+};
+
+// One row of the summary: ops of one rank on one mesh dim (or communicator), of one kind, in one
+// message-size bucket (a power of two).
+struct SummaryRow {
+  std::string mesh_dim;  // Empty for a communicator outside any mesh (then `comm` names it).
+  std::string comm;
+  std::string op;
+  int group_size = 0;
+  uint64_t bytes = 0;  // Bucket: the largest power of two <= the message size.
+  uint64_t count = 0;
+  double total_ms = 0;
+  double avg_ms = 0;
+  double p50_ms = 0;  // Over the last kSamples ops of the row.
+  double p99_ms = 0;
+  double algbw_gbps = 0;  // Mean bytes per op / mean latency.
+  double busbw_gbps = 0;
+};
+
+class CommLogger : public Sink {
+ public:
+  // Latencies kept per row for percentiles.
+  static constexpr size_t kSamples = 4096;
+
+  // The process's logger, configured from MESHRT_COMMS_LOG (1 enables), MESHRT_COMMS_LOG_VERBOSE,
+  // MESHRT_COMMS_LOG_OPS (comma list) and MESHRT_COMMS_SUMMARY (path) on first use, and
+  // registered as a trace sink. With a summary path it writes every rank's summary at exit.
+  static CommLogger& instance();
+  // Installs instance() when the environment enables it; called when a communicator is created.
+  static void install_from_env();
+
+  void configure(CommLoggerOptions options);
+  CommLoggerOptions options() const;
+  // Start/stop a recording window (on by default once enabled) and drop what was recorded.
+  void start();
+  void stop();
+  void reset();
+
+  // Rows for `global_rank`, sorted by mesh dim, op, bytes.
+  std::vector<SummaryRow> summary(int global_rank) const;
+  // Ranks that recorded something in this process.
+  std::vector<int> ranks() const;
+  // The summary as an aligned text table, and as one JSON object {"rank", "rows": [...]}.
+  std::string summary_table(int global_rank) const;
+  std::string summary_json(int global_rank) const;
+  // Writes each rank's JSON summary to `path_pattern` with "{rank}" replaced, atomically (temp
+  // file + rename). Returns the paths written.
+  std::vector<std::string> write_summaries(const std::string& path_pattern) const;
+
+  void on_enqueue(const OpRecord&) override {}
+  void on_start(const OpRecord&) override {}
+  void on_end(const OpRecord& record) override;
+
+ private:
+  struct Key {
+    int global_rank;
+    uint64_t comm_uid;
+    std::string_view op;  // Static storage: cheap to hash and compare.
+    uint64_t bucket;
+    auto operator<=>(const Key&) const = default;
+  };
+  struct Row {
+    std::shared_ptr<const CommInfo> comm;
+    uint64_t count = 0;
+    uint64_t total_bytes = 0;
+    int64_t total_ns = 0;
+    std::vector<int64_t> samples_ns;  // Ring of the last kSamples latencies.
+  };
+
+  bool selected(std::string_view op) const;
+
+  mutable std::mutex mu_;
+  CommLoggerOptions options_;
+  bool active_ = true;
+  std::map<Key, Row> rows_;
+};
+
+// Largest power of two <= bytes (0 for 0).
+uint64_t size_bucket(uint64_t bytes);
+
+}  // namespace meshrt::trace
