@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <stdexcept>
 
@@ -23,7 +24,12 @@ struct MeshRoot {
   int64_t my_position = -1;            // This rank's position; -1 when not in the mesh.
   std::vector<std::string> dim_names;  // The root's dims, for flatten name clashes.
   std::mutex mu;
-  std::map<std::string, std::shared_ptr<DeviceMesh>> flattened;
+  // Flattened dims by name. Not meshes: a mesh holds its root, which would make a cycle.
+  struct Flat {
+    mesh::Dim dim;
+    std::shared_ptr<Communicator> comm;
+  };
+  std::map<std::string, Flat> flattened;
   int communicators_created = 0;
 };
 
@@ -268,7 +274,13 @@ Communicator& DeviceMesh::comm(std::string_view name) const {
   {
     std::lock_guard lock(root_->mu);
     auto it = root_->flattened.find(std::string(name));
-    if (it != root_->flattened.end()) return it->second->comm(0);
+    if (it != root_->flattened.end()) {
+      if (!it->second.comm) {
+        fail("comm", fmt::format("rank {} is not in the mesh: it has no communicator for '{}'",
+                                 root_->world->rank(), name));
+      }
+      return *it->second.comm;
+    }
   }
   return comm(dim_index(name));  // throws, listing the dims
 }
@@ -317,7 +329,7 @@ std::shared_ptr<DeviceMesh> DeviceMesh::slice(std::span<const std::string> names
       comms.push_back(comms_[it - names_.begin()]);
       continue;
     }
-    std::shared_ptr<DeviceMesh> flat;
+    std::optional<MeshRoot::Flat> flat;
     if (is_root) {
       std::lock_guard lock(root_->mu);
       if (auto f = root_->flattened.find(n); f != root_->flattened.end()) flat = f->second;
@@ -326,20 +338,28 @@ std::shared_ptr<DeviceMesh> DeviceMesh::slice(std::span<const std::string> names
       fail("slice", fmt::format("no dim named '{}'; the dims are [{}]{}", n, joined(names_, ", "),
                                 is_root ? " plus names flattened on this mesh" : ""));
     }
-    dims.push_back(flat->dims_[0]);
-    comms.push_back(flat->comms_[0]);
+    dims.push_back(flat->dim);
+    comms.push_back(flat->comm);
   }
-  // Ascending mesh order means strictly decreasing outermost strides; a shared factor means
-  // two requested dims overlap (a flattened dim and one of its parts).
-  std::set<int64_t> strides;
-  for (size_t i = 0; i < dims.size(); ++i) {
-    for (const auto& p : dims[i].parts) {
-      if (p.size > 1 && !strides.insert(p.stride).second) {
-        fail("slice", fmt::format("dims [{}] overlap", joined(names, ", ")));
-      }
+  // Overlap: the parts of all dims, sorted by stride, must not share positions (each part's span
+  // stride x size reaches at most the next stride), else two dims cover the same ranks. Then
+  // ascending mesh order: each dim's outermost stride is below the previous dim's.
+  std::vector<mesh::Part> all;
+  for (const auto& d : dims) {
+    for (const auto& p : d.parts) {
+      if (p.size > 1) all.push_back(p);
     }
-    if (i > 0 && dims[i].parts.front().stride >= dims[i - 1].parts.front().stride &&
-        dims[i].size() > 1 && dims[i - 1].size() > 1) {
+  }
+  std::sort(all.begin(), all.end(),
+            [](const auto& a, const auto& b) { return a.stride < b.stride; });
+  for (size_t i = 1; i < all.size(); ++i) {
+    if (all[i].stride < all[i - 1].stride * all[i - 1].size) {
+      fail("slice", fmt::format("dims [{}] overlap", joined(names, ", ")));
+    }
+  }
+  for (size_t i = 1; i < dims.size(); ++i) {
+    if (dims[i].size() > 1 && dims[i - 1].size() > 1 &&
+        dims[i].parts.front().stride >= dims[i - 1].parts.front().stride) {
       fail("slice", fmt::format("dims [{}] are not in ascending mesh order [{}]",
                                 joined(names, ", "), joined(names_, ", ")));
     }
@@ -374,20 +394,24 @@ std::shared_ptr<DeviceMesh> DeviceMesh::flatten(std::span<const std::string> nam
     fail("flatten", fmt::format("'{}' is already a dim of the mesh: choose another name", name));
   }
   mesh::Dim flat = mesh::flatten(dims, name);
+  std::shared_ptr<Communicator> comm;
   {
     std::lock_guard lock(root_->mu);
     if (auto it = root_->flattened.find(name); it != root_->flattened.end()) {
-      if (it->second->dims_[0].parts == flat.parts) return it->second;
-      fail("flatten",
-           fmt::format("'{}' was flattened before from other dims: choose another name", name));
+      if (it->second.dim.parts != flat.parts) {
+        fail("flatten",
+             fmt::format("'{}' was flattened before from other dims: choose another name", name));
+      }
+      comm = it->second.comm;  // Same name and layout: no new communicator.
     }
   }
-  auto comm = split_dim(flat);
-  auto out = std::make_shared<DeviceMesh>(root_, std::vector<mesh::Dim>{std::move(flat)},
-                                          std::vector<std::shared_ptr<Communicator>>{comm});
-  std::lock_guard lock(root_->mu);
-  root_->flattened.emplace(name, out);
-  return out;
+  if (!comm) {
+    comm = split_dim(flat);
+    std::lock_guard lock(root_->mu);
+    root_->flattened.emplace(name, MeshRoot::Flat{flat, comm});
+  }
+  return std::make_shared<DeviceMesh>(root_, std::vector<mesh::Dim>{std::move(flat)},
+                                      std::vector<std::shared_ptr<Communicator>>{comm});
 }
 
 std::shared_ptr<DeviceMesh> DeviceMesh::flatten(std::initializer_list<std::string> names,

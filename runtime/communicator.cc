@@ -58,6 +58,8 @@ uint64_t Communicator::op_seq() const {
 
 WorkHandle Communicator::enqueue(Op op, OpOptions options) {
   op.timeout = options.timeout.count() != 0 ? options.timeout : timeout();
+  // "Forever" (milliseconds::max()) would overflow every deadline computed from it.
+  op.timeout = std::min(op.timeout, kMaxTimeout);
   validate_op(op, *info_, /*accepts_cuda=*/false);
 
   trace::OpRecord rec;
@@ -96,6 +98,8 @@ WorkHandle Communicator::enqueue(Op op, OpOptions options) {
     op.op_seq = rec.op_seq;
     op.collective_seq = rec.collective_seq;
     rec.enqueue_ns = trace::steady_now_ns();
+    // Sinks hear of the op before the worker can start it, and in sequence order.
+    trace::emit_enqueue(rec);
     work = std::make_shared<Work>(std::move(rec));
     if (aborted_) {
       work->mark_failed(Error(ErrorCode::kAborted,
@@ -107,7 +111,6 @@ WorkHandle Communicator::enqueue(Op op, OpOptions options) {
     if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
     queue_.push_back(Task{std::move(op), work, nullptr});
   }
-  trace::emit_enqueue(work->record());
   cv_.notify_one();
   return work;
 }
@@ -296,31 +299,29 @@ std::shared_ptr<Communicator> Communicator::split(int color, int key, CommOption
     std::lock_guard lock(mu_);
     index = ++splits_;
   }
-  const auto timeout_ms = options.timeout.count() > 0 ? options.timeout : timeout();
-  // The exchange and the child's creation run on the worker, behind the ops already queued, so
-  // that split is ordered like any collective on this communicator.
+  const auto timeout_ms =
+      std::min(options.timeout.count() > 0 ? options.timeout : timeout(), kMaxTimeout);
+  // The (color, key) exchange is an ordinary all_gather: numbered, traced, failed by abort. The
+  // child's creation then runs on the worker right behind it, so split is ordered like any
+  // collective on this communicator.
+  auto mine = std::make_shared<std::array<int64_t, 2>>(std::array<int64_t, 2>{color, key});
+  auto all = std::make_shared<std::vector<int64_t>>(2 * static_cast<size_t>(size()));
+  WorkHandle exchange = all_gather(view(std::span<int64_t>(*mine)), view(*all), {timeout_ms});
   auto result = std::make_shared<std::promise<std::shared_ptr<Communicator>>>();
   auto future = result->get_future();
-  post_job([&, result, index] {
+  post_job([this, result, exchange, mine, all, index, timeout_ms, color, options] {
     try {
-      std::array<int64_t, 2> mine{color, key};
-      std::vector<int64_t> all(2 * static_cast<size_t>(size()));
-      Op exchange;
-      exchange.kind = OpKind::kAllGather;
-      exchange.input = view(std::span<int64_t>(mine));
-      exchange.output = view(all);
-      exchange.timeout = timeout_ms;
-      backend_->run(exchange);
+      exchange->wait();
       if (color == kNoColor) {
         result->set_value(nullptr);
         return;
       }
       std::vector<int> members;
       for (int r = 0; r < size(); ++r) {
-        if (all[2 * r] == color) members.push_back(r);
+        if ((*all)[2 * r] == color) members.push_back(r);
       }
       std::stable_sort(members.begin(), members.end(),
-                       [&](int a, int b) { return all[2 * a + 1] < all[2 * b + 1]; });
+                       [&](int a, int b) { return (*all)[2 * a + 1] < (*all)[2 * b + 1]; });
       SplitSpec spec;
       spec.store_key = fmt::format("{}/split{}.c{}", info_->store_key, index, color);
       spec.parent_ranks = members;

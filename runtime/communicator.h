@@ -21,6 +21,9 @@ namespace meshrt {
 // The default op timeout of a communicator, as in PyTorch's Gloo and NCCL groups.
 inline constexpr std::chrono::milliseconds kDefaultOpTimeout{std::chrono::minutes(10)};
 
+// The longest timeout taken; longer ones (e.g. milliseconds::max() for "forever") are cut to it.
+inline constexpr std::chrono::milliseconds kMaxTimeout{std::chrono::hours(24 * 365)};
+
 // Options of a communicator created by split().
 struct CommOptions {
   std::string name;                      // Default: "<parent name>/split<N>.<color>".

@@ -18,6 +18,7 @@
 
 #include <cstring>
 #include <mutex>
+#include <numeric>
 
 #include "runtime/error.h"
 #include "runtime/gloo_store.h"
@@ -28,6 +29,7 @@ namespace {
 
 // Slot prefixes of our own ops; Gloo's algorithms use 0x01..0x08.
 constexpr uint8_t kP2PSlotPrefix = 0x20;
+constexpr uint8_t kP2PHeaderSlotPrefix = 0x22;
 constexpr uint8_t kReduceScatterSlotPrefix = 0x21;
 
 // Calls f(T{}) with the C++ element type of `dtype`: Gloo's setters are templates on it.
@@ -151,6 +153,9 @@ class GlooBackend : public Backend {
   uint32_t tag(const Op& op) const { return static_cast<uint32_t>(op.collective_seq); }
 
   void dispatch(const Op& op) {
+    // Gloo's all_gather divides by the element count: nothing to move, nothing to do (validation
+    // guarantees the output is empty too).
+    if (op.kind == OpKind::kAllGather && op.input.count == 0) return;
     const auto timeout = op.timeout;
     const DType dtype = op.kind == OpKind::kScatter ? op.output.dtype : op.input.dtype;
     const size_t n = static_cast<size_t>(context_->size);
@@ -235,14 +240,7 @@ class GlooBackend : public Backend {
             o.setTimeout(timeout);
             gloo::alltoall(o);
           } else {
-            gloo::AlltoallvOptions o(context_);
-            o.setInput(typed<T>(op.input),
-                       std::vector<int64_t>(op.input_splits.begin(), op.input_splits.end()));
-            o.setOutput(typed<T>(op.output),
-                        std::vector<int64_t>(op.output_splits.begin(), op.output_splits.end()));
-            o.setTag(tag(op));
-            o.setTimeout(timeout);
-            gloo::alltoallv(o);
+            all_to_all_uneven<T>(op);
           }
         });
         return;
@@ -291,27 +289,92 @@ class GlooBackend : public Backend {
   }
 
   // All sends and receives are posted before any is waited on, so a batch never deadlocks on its
-  // own order. Messages between a pair with the same tag match in posting order.
+  // own order. Messages between a pair with the same tag match in posting order. Each payload
+  // follows an 8-byte size header: Gloo aborts the process when a message is larger than the
+  // posted receive and silently leaves the rest unfilled when it is smaller, so the receiver
+  // checks the size first, drains a mismatched payload into scratch and fails the op (as MPI's
+  // truncation error does: the sender's side completes).
   void p2p(const std::vector<P2POp>& ops, std::chrono::milliseconds timeout) {
-    std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> bufs;
-    bufs.reserve(ops.size());
-    for (const P2POp& p : ops) {
-      bufs.push_back(context_->createUnboundBuffer(p.buffer.data, p.buffer.bytes()));
-      const uint64_t slot = gloo::Slot::build(kP2PSlotPrefix, static_cast<uint32_t>(p.tag));
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    std::vector<uint64_t> sizes(ops.size());
+    std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> headers(ops.size());
+    std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> payloads(ops.size());
+    auto slot = [](uint8_t prefix, int tag) {
+      return gloo::Slot::build(prefix, static_cast<uint32_t>(tag));
+    };
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const P2POp& p = ops[i];
+      headers[i] = context_->createUnboundBuffer(&sizes[i], sizeof(uint64_t));
       if (p.dir == P2POp::Dir::kSend) {
-        bufs.back()->send(p.peer, slot);
+        sizes[i] = p.buffer.bytes();
+        headers[i]->send(p.peer, slot(kP2PHeaderSlotPrefix, p.tag));
+        payloads[i] = context_->createUnboundBuffer(p.buffer.data, p.buffer.bytes());
+        payloads[i]->send(p.peer, slot(kP2PSlotPrefix, p.tag));
       } else {
-        bufs.back()->recv(p.peer, slot);
+        headers[i]->recv(p.peer, slot(kP2PHeaderSlotPrefix, p.tag));
       }
     }
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    std::vector<std::vector<char>> drains;
+    std::string mismatch;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const P2POp& p = ops[i];
+      if (p.dir != P2POp::Dir::kRecv) continue;
+      headers[i]->waitRecv(deadline);
+      void* target = p.buffer.data;
+      if (sizes[i] != p.buffer.bytes()) {
+        mismatch = fmt::format("recv of {} bytes from rank {} (tag {}) matched a send of {} bytes",
+                               p.buffer.bytes(), p.peer, p.tag, sizes[i]);
+        target = drains.emplace_back(sizes[i]).data();
+      }
+      payloads[i] = context_->createUnboundBuffer(target, sizes[i]);
+      payloads[i]->recv(p.peer, slot(kP2PSlotPrefix, p.tag));
+    }
     for (size_t i = 0; i < ops.size(); ++i) {
       if (ops[i].dir == P2POp::Dir::kSend) {
-        bufs[i]->waitSend(deadline);
+        headers[i]->waitSend(deadline);
+        payloads[i]->waitSend(deadline);
       } else {
-        bufs[i]->waitRecv(deadline);
+        payloads[i]->waitRecv(deadline);
       }
     }
+    if (!mismatch.empty()) throw Error(ErrorCode::kInvalidArgument, {}, mismatch);
+  }
+
+  // Uneven all_to_all: the split counts travel first (a small all_to_all), so that a rank whose
+  // expectation differs from what a peer sends receives the real amounts into scratch and fails,
+  // instead of Gloo aborting the process or leaving the output partly unwritten.
+  template <typename T>
+  void all_to_all_uneven(const Op& op) {
+    const size_t n = static_cast<size_t>(context_->size);
+    std::vector<int64_t> sending(op.input_splits.begin(), op.input_splits.end()), incoming(n);
+    gloo::AlltoallOptions counts(context_);
+    counts.setInput(sending.data(), n);
+    counts.setOutput(incoming.data(), n);
+    counts.setTag(tag(op));
+    counts.setTimeout(op.timeout);
+    gloo::alltoall(counts);
+    std::string mismatch;
+    for (size_t j = 0; j < n; ++j) {
+      if (static_cast<size_t>(incoming[j]) != op.output_splits[j] && mismatch.empty()) {
+        mismatch = fmt::format(
+            "all_to_all split mismatch: rank {} sends {} elements to rank {}, "
+            "which expects {}",
+            j, incoming[j], context_->rank, op.output_splits[j]);
+      }
+    }
+    T* out = typed<T>(op.output);
+    std::vector<T> drain;
+    if (!mismatch.empty()) {
+      drain.resize(std::accumulate(incoming.begin(), incoming.end(), size_t{0}) + 1);
+      out = drain.data();
+    }
+    gloo::AlltoallvOptions o(context_);
+    o.setInput(typed<T>(op.input), sending);
+    o.setOutput(out, incoming);
+    o.setTag(tag(op) ^ 0x80000000u);  // The counts used tag(op).
+    o.setTimeout(op.timeout);
+    gloo::alltoallv(o);
+    if (!mismatch.empty()) throw Error(ErrorCode::kInvalidArgument, {}, mismatch);
   }
 
   // Ring reduce-scatter: n-1 steps, each sends one partially reduced block to the right neighbour

@@ -8,6 +8,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <tuple>
 
 #include "runtime/error.h"
@@ -31,7 +32,12 @@ struct PendingSend {
 // State shared by the ranks of one in-process group.
 class Group {
  public:
-  explicit Group(int size) : size_(size), slots_(size), arrived_(size, false) {}
+  // `global_ranks[i]` is the global rank of group rank i (for messages).
+  explicit Group(std::vector<int> global_ranks)
+      : size_(static_cast<int>(global_ranks.size())),
+        global_ranks_(std::move(global_ranks)),
+        slots_(size_),
+        arrived_(size_, false) {}
 
   int size() const { return size_; }
 
@@ -56,22 +62,30 @@ class Group {
     if (!cv_.wait_until(lock, deadline, [&] { return generation_ != gen || !broken_.empty(); })) {
       std::vector<int> missing;
       for (int r = 0; r < size_; ++r) {
-        if (!arrived_[r]) missing.push_back(r);
+        if (!arrived_[r]) missing.push_back(global_ranks_[r]);
       }
-      broken_ =
-          fmt::format("rank {} timed out waiting for ranks [{}]", rank, fmt::join(missing, ", "));
-      cv_.notify_all();
-      throw Error(
-          ErrorCode::kTimeout, {},
-          fmt::format("timed out waiting for group ranks [{}] to join", fmt::join(missing, ", ")));
+      const std::string who = fmt::format("[{}]", fmt::join(missing, ", "));
+      lock.unlock();
+      break_group(fmt::format("rank {} timed out waiting for ranks {}", global_ranks_[rank], who));
+      throw Error(ErrorCode::kTimeout, {},
+                  fmt::format("timed out waiting for ranks {} to join", who));
     }
     if (generation_ == gen) check_broken();
   }
 
-  void break_group(std::string reason) {
-    std::lock_guard lock(mu_);
-    if (broken_.empty()) broken_ = std::move(reason);
-    cv_.notify_all();
+  // Fails this group and every group split from it: their members would otherwise wait out
+  // their timeouts for a rank that has given up.
+  void break_group(const std::string& reason) {
+    std::vector<std::shared_ptr<Group>> children;
+    {
+      std::lock_guard lock(mu_);
+      if (broken_.empty()) broken_ = reason;
+      cv_.notify_all();
+      for (auto& weak : descendants_) {
+        if (auto g = weak.lock()) children.push_back(std::move(g));
+      }
+    }
+    for (auto& c : children) c->break_group(reason);
   }
 
   // Point-to-point: a send parks in its channel until a receive takes it.
@@ -88,7 +102,8 @@ class Group {
       auto& q = channels_[{send->src, dst, tag}];
       std::erase(q, send);
       throw Error(ErrorCode::kTimeout, {},
-                  fmt::format("send to rank {} (tag {}) was not received in time", dst, tag));
+                  fmt::format("send to rank {} (tag {}) was not received in time",
+                              global_ranks_[dst], tag));
     }
     if (!send->done) {
       std::erase(channels_[{send->src, dst, tag}], send);
@@ -101,20 +116,21 @@ class Group {
     std::unique_lock lock(mu_);
     auto& q = channels_[{src, dst, tag}];
     if (!cv_.wait_until(lock, deadline, [&] { return !q.empty() || !broken_.empty(); })) {
-      throw Error(ErrorCode::kTimeout, {},
-                  fmt::format("no send from rank {} (tag {}) arrived in time", src, tag));
+      throw Error(
+          ErrorCode::kTimeout, {},
+          fmt::format("no send from rank {} (tag {}) arrived in time", global_ranks_[src], tag));
     }
     if (q.empty()) check_broken();
     PendingSend* send = q.front();
     q.pop_front();
     if (send->bytes != bytes) {
       send->error = fmt::format("send of {} bytes to rank {} matched a recv of {} bytes",
-                                send->bytes, dst, bytes);
+                                send->bytes, global_ranks_[dst], bytes);
       send->done = true;
       cv_.notify_all();
       throw Error(ErrorCode::kInvalidArgument, {},
                   fmt::format("recv of {} bytes matched a send of {} bytes from rank {}", bytes,
-                              send->bytes, src));
+                              send->bytes, global_ranks_[src]));
     }
     // Copy under the lock: the sender's buffer stays valid until it sees done.
     std::memcpy(data, send->data, bytes);
@@ -123,12 +139,16 @@ class Group {
   }
 
   // The child group for `key`, created by the first member to ask; forgotten after all took it.
-  std::shared_ptr<Group> child(const std::string& key, int child_size) {
+  std::shared_ptr<Group> child(const std::string& key, const std::vector<int>& global_ranks) {
     std::lock_guard lock(mu_);
     auto& entry = children_[key];
-    if (!entry.group) entry.group = std::make_shared<Group>(child_size);
+    if (!entry.group) {
+      entry.group = std::make_shared<Group>(global_ranks);
+      std::erase_if(descendants_, [](const auto& w) { return w.expired(); });
+      descendants_.push_back(entry.group);
+    }
     auto group = entry.group;
-    if (++entry.taken == child_size) children_.erase(key);
+    if (++entry.taken == static_cast<int>(global_ranks.size())) children_.erase(key);
     return group;
   }
 
@@ -143,6 +163,7 @@ class Group {
   };
 
   const int size_;
+  const std::vector<int> global_ranks_;
   std::vector<const Op*> slots_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -152,6 +173,7 @@ class Group {
   std::string broken_;
   std::map<std::tuple<int, int, int>, std::deque<PendingSend*>> channels_;
   std::map<std::string, ChildEntry> children_;
+  std::vector<std::weak_ptr<Group>> descendants_;
 };
 
 // [begin, end) of block `i` when `n` elements are cut into `parts` nearly equal blocks.
@@ -163,9 +185,15 @@ char* at(const BufferView& b, size_t element) {
   return static_cast<char*>(b.data) + element * dtype_size_bytes(b.dtype);
 }
 
+// memcpy that accepts empty ranges with null pointers (blocks are empty when count < ranks).
+void copy(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0) std::memcpy(dst, src, bytes);
+}
+
 class InprocBackend : public Backend {
  public:
-  InprocBackend(std::shared_ptr<Group> group, int rank) : group_(std::move(group)), rank_(rank) {}
+  InprocBackend(std::shared_ptr<Group> group, int rank, std::vector<int> global_ranks)
+      : group_(std::move(group)), rank_(rank), global_ranks_(std::move(global_ranks)) {}
 
   std::string_view name() const override { return "inproc"; }
   std::string version() const override { return "meshrt-inproc-1"; }
@@ -185,19 +213,29 @@ class InprocBackend : public Backend {
     group_->post(rank_, &op);
     group_->arrive_and_wait(rank_, deadline);
     // Between the two barriers every rank reads the others' posted ops; each output region is
-    // written by exactly one rank, so no locks are needed.
-    check_match(op);
-    collective(op);
+    // written by exactly one rank, so no locks are needed. check_match sees the same slots on
+    // every rank, so all ranks fail together, and every rank still reaches the second barrier:
+    // a peer must never read an op or buffer this rank has already given back.
+    std::optional<Error> failure;
+    try {
+      check_match();
+      collective(op);
+    } catch (const Error& e) {
+      failure = e;
+    }
     group_->arrive_and_wait(rank_, deadline);
+    if (failure) throw *failure;
   }
 
   std::unique_ptr<Backend> split(const SplitSpec& spec) override {
-    return std::make_unique<InprocBackend>(
-        group_->child(spec.store_key, static_cast<int>(spec.parent_ranks.size())), spec.rank);
+    std::vector<int> members;
+    for (int r : spec.parent_ranks) members.push_back(global_ranks_[r]);
+    auto group = group_->child(spec.store_key, members);
+    return std::make_unique<InprocBackend>(std::move(group), spec.rank, std::move(members));
   }
 
   void abort() noexcept override {
-    group_->break_group(fmt::format("rank {} aborted the communicator", rank_));
+    group_->break_group(fmt::format("rank {} aborted the communicator", global(rank_)));
   }
 
  private:
@@ -216,7 +254,7 @@ class InprocBackend : public Backend {
 
   // Ranks that called different collectives all fail with the same message, before any copy
   // that could run past a buffer.
-  void check_match(const Op&) const {
+  void check_match() const {
     const auto first = signature(group_->slot(0));
     for (int r = 1; r < group_->size(); ++r) {
       const auto other = signature(group_->slot(r));
@@ -227,17 +265,44 @@ class InprocBackend : public Backend {
                            reduce_op_name(std::get<3>(s)), std::get<4>(s));
       };
       throw Error(ErrorCode::kInvalidArgument, {},
-                  fmt::format("collective mismatch: rank 0 called {} but rank {} called {}",
-                              describe(first), r, describe(other)));
+                  fmt::format("collective mismatch: rank {} called {} but rank {} called {}",
+                              global(0), describe(first), global(r), describe(other)));
+    }
+    if (std::get<0>(first) == OpKind::kAllToAll) check_all_to_all_splits();
+  }
+
+  // Elements rank `from` sends to rank `to` in the posted all_to_all.
+  size_t sent(int from, int to) const {
+    const Op& op = group_->slot(from);
+    return op.input_splits.empty() ? op.input.count / group_->size() : op.input_splits[to];
+  }
+  size_t expected(int to, int from) const {
+    const Op& op = group_->slot(to);
+    return op.output_splits.empty() ? op.output.count / group_->size() : op.output_splits[from];
+  }
+
+  // The whole split matrix, checked on every rank, so that all fail or none.
+  void check_all_to_all_splits() const {
+    for (int from = 0; from < group_->size(); ++from) {
+      for (int to = 0; to < group_->size(); ++to) {
+        if (sent(from, to) != expected(to, from)) {
+          throw Error(ErrorCode::kInvalidArgument, {},
+                      fmt::format("all_to_all split mismatch: rank {} sends {} elements to rank "
+                                  "{}, which expects {}",
+                                  global(from), sent(from, to), global(to), expected(to, from)));
+        }
+      }
     }
   }
+
+  int global(int group_rank) const { return global_ranks_[group_rank]; }
 
   // Reduces block [b, e) of every rank's input (at `offset` elements in each) into `scratch_`.
   const char* reduce_block(const Op& op, size_t offset, size_t len) {
     const size_t es = dtype_size_bytes(op.input.dtype);
     scratch_.resize(len * es);
     if (len == 0) return scratch_.data();
-    std::memcpy(scratch_.data(), at(group_->slot(0).input, offset), len * es);
+    copy(scratch_.data(), at(group_->slot(0).input, offset), len * es);
     for (int q = 1; q < group_->size(); ++q) {
       reduce_elements(op.input.dtype, op.reduce_op, scratch_.data(), scratch_.data(),
                       at(group_->slot(q).input, offset), len);
@@ -261,18 +326,18 @@ class InprocBackend : public Backend {
         const char* result = reduce_block(op, b, e - b);
         for (int q = 0; q < n; ++q) {
           if (op.kind == OpKind::kReduce && q != op.root) continue;
-          std::memcpy(at(group_->slot(q).output, b), result, (e - b) * es);
+          copy(at(group_->slot(q).output, b), result, (e - b) * es);
         }
         return;
       }
       case OpKind::kReduceScatter: {
         const char* result = reduce_block(op, rank_ * op.output.count, op.output.count);
-        std::memcpy(op.output.data, result, op.output.count * es);
+        copy(op.output.data, result, op.output.count * es);
         return;
       }
       case OpKind::kBroadcast:
         if (rank_ != op.root) {
-          std::memcpy(op.output.data, group_->slot(op.root).input.data, op.output.bytes());
+          copy(op.output.data, group_->slot(op.root).input.data, op.output.bytes());
         }
         return;
       case OpKind::kAllGather:
@@ -285,35 +350,21 @@ class InprocBackend : public Backend {
         if (rank_ == op.root) {
           for (int q = 0; q < n; ++q) {
             const BufferView& in = group_->slot(q).input;
-            std::memcpy(at(op.output, q * op.input.count), in.data, in.bytes());
+            copy(at(op.output, q * op.input.count), in.data, in.bytes());
           }
         }
         return;
       case OpKind::kScatter:
-        std::memcpy(op.output.data, at(group_->slot(op.root).input, rank_ * op.output.count),
-                    op.output.bytes());
+        copy(op.output.data, at(group_->slot(op.root).input, rank_ * op.output.count),
+             op.output.bytes());
         return;
       case OpKind::kAllToAll: {
         size_t out_offset = 0;
         for (int q = 0; q < n; ++q) {
-          const Op& peer = group_->slot(q);
-          size_t in_offset = 0, len = 0;
-          if (peer.input_splits.empty()) {
-            len = peer.input.count / n;
-            in_offset = len * rank_;
-          } else {
-            for (int j = 0; j < rank_; ++j) in_offset += peer.input_splits[j];
-            len = peer.input_splits[rank_];
-          }
-          const size_t expected =
-              op.output_splits.empty() ? op.output.count / n : op.output_splits[q];
-          if (len != expected) {
-            throw Error(ErrorCode::kInvalidArgument, {},
-                        fmt::format("all_to_all split mismatch: rank {} sends {} elements to rank "
-                                    "{}, which expects {}",
-                                    q, len, rank_, expected));
-          }
-          std::memcpy(at(op.output, out_offset), at(peer.input, in_offset), len * es);
+          size_t in_offset = 0;
+          for (int j = 0; j < rank_; ++j) in_offset += sent(q, j);
+          const size_t len = sent(q, rank_);
+          copy(at(op.output, out_offset), at(group_->slot(q).input, in_offset), len * es);
           out_offset += len;
         }
         return;
@@ -361,7 +412,8 @@ class InprocBackend : public Backend {
 
   std::shared_ptr<Group> group_;
   const int rank_;
-  std::vector<char> scratch_;  // Reused across ops: no allocation per op once warm.
+  const std::vector<int> global_ranks_;  // For messages: users think in global ranks.
+  std::vector<char> scratch_;            // Reused across ops: no allocation per op once warm.
 };
 
 }  // namespace
@@ -371,9 +423,9 @@ std::vector<std::shared_ptr<Communicator>> make_inproc_world(int world_size,
   if (world_size < 1) {
     throw Error(ErrorCode::kInvalidArgument, {}, fmt::format("world size {} < 1", world_size));
   }
-  auto group = std::make_shared<Group>(world_size);
   std::vector<int> ranks(world_size);
   for (int r = 0; r < world_size; ++r) ranks[r] = r;
+  auto group = std::make_shared<Group>(ranks);
   std::vector<std::shared_ptr<Communicator>> comms;
   for (int r = 0; r < world_size; ++r) {
     trace::CommInfo info;
@@ -385,7 +437,7 @@ std::vector<std::shared_ptr<Communicator>> make_inproc_world(int world_size,
     info.global_rank = r;
     info.timeout_ms = options.timeout.count();
     comms.push_back(std::make_shared<Communicator>(
-        std::move(info), std::make_unique<InprocBackend>(group, r), nullptr));
+        std::move(info), std::make_unique<InprocBackend>(group, r, ranks), nullptr));
   }
   return comms;
 }

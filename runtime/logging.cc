@@ -40,9 +40,10 @@ std::shared_ptr<spdlog::logger> make_logger() {
     // spdlog maps unknown names to "off": a typo must not silence the logs.
     const auto parsed = spdlog::level::from_str(level);
     if (parsed == spdlog::level::off && std::string_view(level) != "off") {
-      logger->warn("MESHRT_LOG_LEVEL='{}' is not one of trace, debug, info, warn, error, "
-                   "critical, off; using warn",
-                   level);
+      logger->warn(
+          "MESHRT_LOG_LEVEL='{}' is not one of trace, debug, info, warn, error, "
+          "critical, off; using warn",
+          level);
     } else {
       logger->set_level(parsed);
     }

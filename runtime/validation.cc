@@ -70,8 +70,16 @@ class Checker {
     const char* b0 = static_cast<const char*>(b.data);
     if (a.bytes() == 0 || b.bytes() == 0) return;
     if (a0 < b0 + b.bytes() && b0 < a0 + a.bytes()) {
-      fail("input and output overlap: this op is not in-place");
+      fail(
+          "input and output overlap (in place means the input is exactly this rank's block of "
+          "the output, or for reduce_scatter the output is this rank's block of the input)");
     }
+  }
+
+  // Where block rank() of `whole` starts, in blocks of `block` elements.
+  const void* block_of(const BufferView& whole, size_t block) const {
+    return static_cast<const char*>(whole.data) +
+           static_cast<size_t>(comm_.rank) * block * dtype_size_bytes(whole.dtype);
   }
 
   void splits(const std::vector<size_t>& s, size_t count, std::string_view what) const {
@@ -103,6 +111,9 @@ class Checker {
         buffer(op_.output, "output");
         same_dtype(op_.input, op_.output);
         count_multiple(op_.output.count, op_.input.count, "output", "input");
+        // In place means exactly this rank's block of the output; any other overlap corrupts.
+        if (op_.input.data != block_of(op_.output, op_.input.count))
+          no_overlap(op_.input, op_.output);
         return;
       case OpKind::kReduceScatter:
         buffer(op_.input, "input");
@@ -110,6 +121,8 @@ class Checker {
         same_dtype(op_.input, op_.output);
         reduce_op(op_.input.dtype);
         count_multiple(op_.input.count, op_.output.count, "input", "output");
+        if (op_.output.data != block_of(op_.input, op_.output.count))
+          no_overlap(op_.input, op_.output);
         return;
       case OpKind::kAllToAll: {
         buffer(op_.input, "input");

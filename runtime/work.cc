@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "trace/tracer.h"
 
 namespace meshrt {
@@ -13,6 +15,8 @@ void Work::wait() {
 }
 
 void Work::wait(std::chrono::milliseconds timeout) {
+  // wait_for adds the timeout to now(): cap it so "forever" does not overflow.
+  timeout = std::min(timeout, std::chrono::milliseconds(std::chrono::hours(24 * 365)));
   std::unique_lock lock(mu_);
   if (!cv_.wait_for(lock, timeout, [this] { return done_; })) {
     throw Error(

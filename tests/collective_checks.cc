@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <numeric>
 
 namespace meshrt::testing {
@@ -193,6 +194,16 @@ class Checker {
                expected(dtype, op, n_, r_ * block + i));
       }
     }
+    // In place: the output is this rank's block of the input.
+    for (size_t i = 0; i < in.size(); ++i) in.set(i, value(op, r_, i));
+    if (run("reduce_scatter in-place " + tag, [&] {
+          return comm_.reduce_scatter(in.view(), in.view().slice(r_ * block, block), op);
+        })) {
+      for (size_t i = 0; i < block; ++i) {
+        expect("reduce_scatter in-place " + tag, dtype, i, in.get(r_ * block + i),
+               expected(dtype, op, n_, r_ * block + i));
+      }
+    }
   }
 
   void data_movement(DType dtype) {
@@ -227,34 +238,56 @@ class Checker {
       for (size_t i = 0; i < a_out.size(); ++i)
         expect("all_to_all", dtype, i, a_out.get(i), 10.0 * (i / 2) + r_);
     }
-    // uneven all_to_all: rank r sends (r + j) % 3 elements to rank j, each equal to r + j.
+    // uneven all_to_all: rank f sends (2f + t) % 4 elements to rank t, each (8f + t) % 100;
+    // asymmetric in (f, t), so a backend that swaps directions or splits fails.
+    auto amount = [](size_t from, size_t to) { return (2 * from + to) % 4; };
+    auto tagged = [](size_t from, size_t to) { return static_cast<double>((8 * from + to) % 100); };
     std::vector<size_t> in_splits(n_), out_splits(n_);
     for (int j = 0; j < n_; ++j) {
-      in_splits[j] = (r_ + j) % 3;
-      out_splits[j] = (j + r_) % 3;
+      in_splits[j] = amount(r_, j);
+      out_splits[j] = amount(j, r_);
     }
     const size_t in_total = std::accumulate(in_splits.begin(), in_splits.end(), size_t{0});
     const size_t out_total = std::accumulate(out_splits.begin(), out_splits.end(), size_t{0});
     TypedBuffer v_in(dtype, in_total), v_out(dtype, out_total);
     for (size_t j = 0, k = 0; j < static_cast<size_t>(n_); ++j)
-      for (size_t e = 0; e < in_splits[j]; ++e) v_in.set(k++, r_ + j);
+      for (size_t e = 0; e < in_splits[j]; ++e) v_in.set(k++, tagged(r_, j));
     if (run("all_to_all uneven",
             [&] { return comm_.all_to_all(v_in.view(), in_splits, v_out.view(), out_splits); })) {
       for (size_t j = 0, k = 0; j < static_cast<size_t>(n_); ++j)
         for (size_t e = 0; e < out_splits[j]; ++e, ++k)
-          expect("all_to_all uneven", dtype, k, v_out.get(k), static_cast<double>(j + r_));
+          expect("all_to_all uneven", dtype, k, v_out.get(k), tagged(j, r_));
     }
     // gather to rank 0 and scatter from the last rank.
+    // Non-root outputs of gather and the root's input of scatter stay untouched.
+    constexpr double kSentinel = 77;
     TypedBuffer g_out(dtype, block * n_);
-    if (run("gather", [&] { return comm_.gather(in.view(), g_out.view(), 0); }) && r_ == 0) {
+    for (size_t i = 0; i < g_out.size(); ++i) g_out.set(i, kSentinel);
+    if (run("gather", [&] { return comm_.gather(in.view(), g_out.view(), 0); })) {
       for (size_t i = 0; i < g_out.size(); ++i)
-        expect("gather", dtype, i, g_out.get(i), val(i / block, i % block));
+        expect("gather", dtype, i, g_out.get(i), r_ == 0 ? val(i / block, i % block) : kSentinel);
     }
     const int s_root = n_ - 1;
     TypedBuffer s_in(dtype, block * n_), s_out(dtype, block);
     for (size_t i = 0; i < s_in.size(); ++i) s_in.set(i, val(i / block, i % block));
     if (run("scatter", [&] { return comm_.scatter(s_in.view(), s_out.view(), s_root); })) {
       for (size_t i = 0; i < block; ++i) expect("scatter", dtype, i, s_out.get(i), val(r_, i));
+      for (size_t i = 0; i < s_in.size(); ++i)
+        expect("scatter input", dtype, i, s_in.get(i), val(i / block, i % block));
+    }
+    // Every collective with zero elements completes and touches nothing.
+    TypedBuffer empty(dtype, 0);
+    for (const auto& [what, call] :
+         std::vector<std::pair<std::string, std::function<WorkHandle()>>>{
+             {"all_reduce", [&] { return comm_.all_reduce(empty.view()); }},
+             {"broadcast", [&] { return comm_.broadcast(empty.view(), 0); }},
+             {"reduce", [&] { return comm_.reduce(empty.view(), 0); }},
+             {"all_gather", [&] { return comm_.all_gather(empty.view(), empty.view()); }},
+             {"reduce_scatter", [&] { return comm_.reduce_scatter(empty.view(), empty.view()); }},
+             {"all_to_all", [&] { return comm_.all_to_all(empty.view(), empty.view()); }},
+             {"gather", [&] { return comm_.gather(empty.view(), empty.view(), 0); }},
+             {"scatter", [&] { return comm_.scatter(empty.view(), empty.view(), 0); }}}) {
+      run(what + " of 0 elements", call);
     }
   }
 

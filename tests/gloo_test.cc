@@ -50,5 +50,18 @@ TEST(Gloo, PeerKilledMidJobFailsTheOthersWithinTheTimeout) {
   EXPECT_LT(elapsed, std::chrono::seconds(20));
 }
 
+TEST(Gloo, SizeMismatchesFailTheReceiverAndKillNobody) {
+  const auto results = run_ranks({MESHRT_GLOO_WORKER, "size_mismatch"}, 2, std::chrono::seconds(60),
+                                 {{"MESHRT_TIMEOUT_MS", "20000"}});
+  ASSERT_EQ(results[0].exit_code, 0) << describe(results);
+  ASSERT_EQ(results[1].exit_code, 0) << describe(results);
+  EXPECT_NE(results[0].output.find("failures=0 sum=2"), std::string::npos) << describe(results);
+  EXPECT_NE(results[1].output.find("failures=3 sum=2"), std::string::npos) << describe(results);
+  EXPECT_NE(
+      results[1].output.find("recv of 16 bytes from rank 0 (tag 0) matched a send of 32 bytes"),
+      std::string::npos)
+      << results[1].output;
+}
+
 }  // namespace
 }  // namespace meshrt::testing

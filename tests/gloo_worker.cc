@@ -48,6 +48,38 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "FAIL rank %d: all_reduce succeeded after a peer died\n", world->rank());
       return 1;
     }
+    if (scenario == "size_mismatch") {
+      // Rank 1 receives 4 floats where rank 0 sends 8, then 8 where rank 0 sends 4, then an
+      // uneven all_to_all whose splits disagree. Each time rank 1 fails with invalid_argument
+      // and nobody dies; a final all_reduce proves the communicator is still in step.
+      int failures = 0;
+      std::vector<float> eight(8, 1.0f), four(4, 2.0f);
+      for (int round = 0; round < 2; ++round) {
+        try {
+          if (world->rank() == 0) {
+            world->send(meshrt::view(round == 0 ? eight : four), 1)->wait();
+          } else {
+            world->recv(meshrt::view(round == 0 ? four : eight), 0)->wait();
+          }
+        } catch (const meshrt::Error& e) {
+          std::fprintf(stderr, "EXPECTED %s\n", e.what());
+          failures += e.code() == meshrt::ErrorCode::kInvalidArgument;
+        }
+      }
+      std::vector<float> in(4, 1.0f), out(4);
+      const std::vector<size_t> sends{2, 2};
+      const std::vector<size_t> wants = world->rank() == 1 ? std::vector<size_t>{3, 1} : sends;
+      try {
+        world->all_to_all(meshrt::view(in), sends, meshrt::view(out), wants)->wait();
+      } catch (const meshrt::Error& e) {
+        std::fprintf(stderr, "EXPECTED %s\n", e.what());
+        failures += e.code() == meshrt::ErrorCode::kInvalidArgument;
+      }
+      std::vector<int32_t> x{1};
+      world->all_reduce(meshrt::view(x))->wait();
+      std::printf("failures=%d sum=%d\n", failures, x[0]);
+      return 0;
+    }
     std::fprintf(stderr, "unknown scenario %s\n", scenario.c_str());
     return 2;
   } catch (const std::exception& e) {

@@ -265,7 +265,7 @@ TEST(DeviceMesh, SliceFlattenUnflattenReuseAndCreateTheRightCommunicators) {
     EXPECT_EQ(flat->names()[0], "dp_tp");
     EXPECT_EQ(flat->size(), 12);
     EXPECT_EQ(m->communicators_created(), 4);
-    EXPECT_EQ(m->flatten({"dp", "tp"}).get(), flat.get());
+    EXPECT_EQ(&m->flatten({"dp", "tp"})->comm(), &flat->comm());
     EXPECT_EQ(m->communicators_created(), 4);
     EXPECT_EQ(&m->comm("dp_tp"), &flat->comm());
     auto pp_flat = m->slice({"pp", "dp_tp"});
@@ -287,6 +287,35 @@ TEST(DeviceMesh, SliceFlattenUnflattenReuseAndCreateTheRightCommunicators) {
     EXPECT_EQ(u->local_rank("tp_outer") * 2 + u->local_rank("tp_inner"), m->local_rank("tp"));
   });
   EXPECT_TRUE(failures.empty()) << failures.front();
+}
+
+TEST(DeviceMesh, DestroyingAMeshReleasesItsCommunicators) {
+  std::weak_ptr<Communicator> tp, flat;
+  run_inproc(4, [&](Communicator& world) {
+    auto m = init_device_mesh({2, 2}, {"dp", "tp"});
+    m->flatten({"dp", "tp"});
+    if (world.rank() == 0) {
+      tp = m->comm_ptr(1);
+      flat = m->flatten({"dp", "tp"})->comm_ptr(0);
+    }
+  });
+  EXPECT_TRUE(tp.expired());
+  EXPECT_TRUE(flat.expired());
+}
+
+TEST(DeviceMesh, SliceRejectsDimsCoveringTheSameRanks) {
+  std::atomic<int> rejected{0};
+  run_inproc(4, [&](Communicator&) {
+    auto m = init_device_mesh({4}, {"a"});
+    auto u = m->unflatten("a", {2, 2}, {"a1", "a2"});
+    u->flatten({"a1"}, "x");
+    try {
+      m->slice({"x", "a"});
+    } catch (const Error& e) {
+      if (std::string(e.what()).find("overlap") != std::string::npos) ++rejected;
+    }
+  });
+  EXPECT_EQ(rejected.load(), 4);
 }
 
 TEST(DeviceMesh, ExplicitRankArrayPermutationAndSubset) {
@@ -434,17 +463,22 @@ TEST(DeviceMeshValidation, ARankThatNeverBuildsTheMeshTimesOutTheOthers) {
   auto world = make_inproc_world(3, {.name = "world", .timeout = std::chrono::milliseconds(300)});
   std::atomic<int> failed{0};
   std::vector<std::thread> threads;
+  const auto start = std::chrono::steady_clock::now();
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
       try {
         init_device_mesh(world[r], "cpu", {3}, {"dp"});
       } catch (const Error& e) {
-        ++failed;
+        // The first to time out names rank 2; the other fails with that reason.
+        const bool timeout_or_peer =
+            e.code() == ErrorCode::kTimeout || e.code() == ErrorCode::kPeerFailure;
+        if (timeout_or_peer && std::string(e.what()).find("[2]") != std::string::npos) ++failed;
       }
     });
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(failed.load(), 2);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <mutex>
 
 #include "runtime/meshrt.h"
 #include "runtime/validation.h"
@@ -163,6 +164,18 @@ TEST_F(Validation, AllToAllInPlace) {
   expect_rejected([&](Communicator& c) { return c.all_to_all(view(f8), view(f8)); }, "all_to_all",
                   "input and output overlap");
 }
+TEST_F(Validation, PartialOverlapOfGatherAndScatterBuffers) {
+  std::vector<float> big(16);
+  // Rank 1's in-place block starts at element 2 (count 2): element 1 overlaps but is not it.
+  expect_rejected(
+      [&](Communicator& c) { return c.all_gather(view(big).slice(1, 2), view(big).slice(0, 8)); },
+      "all_gather", "input and output overlap");
+  expect_rejected(
+      [&](Communicator& c) {
+        return c.reduce_scatter(view(big).slice(0, 8), view(big).slice(1, 2));
+      },
+      "reduce_scatter", "input and output overlap");
+}
 TEST_F(Validation, AllToAllSplits) {
   std::vector<size_t> three{1, 1, 1}, bad_sum{1, 1, 1, 1};
   expect_rejected([&](Communicator& c) { return c.all_to_all(view(f8), three, view(f2), three); },
@@ -200,16 +213,24 @@ TEST(ValidationShape, TooManyDims) { EXPECT_THROW(Shape({1, 1, 1, 1, 1, 1, 1, 1,
 // A sink that records the op names it saw, and one that throws.
 class RecordingSink : public trace::Sink {
  public:
-  void on_enqueue(const trace::OpRecord& r) override {
-    events.push_back("enqueue " + std::string(r.op));
-  }
-  void on_start(const trace::OpRecord& r) override {
-    events.push_back("start " + std::string(r.op));
-  }
+  void on_enqueue(const trace::OpRecord& r) override { add("enqueue " + std::string(r.op)); }
+  void on_start(const trace::OpRecord& r) override { add("start " + std::string(r.op)); }
   void on_end(const trace::OpRecord& r) override {
-    events.push_back("end " + std::string(r.op) + " " + std::string(trace::op_state_name(r.state)));
+    add("end " + std::string(r.op) + " " + std::string(trace::op_state_name(r.state)));
   }
-  std::vector<std::string> events;
+  std::vector<std::string> events() {
+    std::lock_guard lock(mu_);
+    return events_;
+  }
+
+ private:
+  // Enqueue arrives on the caller's thread, start and end on the worker's.
+  void add(std::string e) {
+    std::lock_guard lock(mu_);
+    events_.push_back(std::move(e));
+  }
+  std::mutex mu_;
+  std::vector<std::string> events_;
 };
 class ThrowingSink : public trace::Sink {
  public:
@@ -232,7 +253,7 @@ TEST(Tracing, EveryOpPassesThroughTheSinksAndSinkErrorsNeverReachTheOp) {
   }
   trace::remove_sink(recording.get());
   trace::remove_sink(throwing.get());
-  EXPECT_EQ(recording->events,
+  EXPECT_EQ(recording->events(),
             (std::vector<std::string>{"enqueue all_reduce", "start all_reduce",
                                       "end all_reduce completed", "enqueue all_gather",
                                       "start all_gather", "end all_gather completed"}));
