@@ -56,7 +56,7 @@ uint64_t Communicator::op_seq() const {
   return op_seq_;
 }
 
-WorkHandle Communicator::enqueue(Op op, OpOptions options) {
+WorkHandle Communicator::enqueue(Op op, OpOptions options, const std::source_location& caller) {
   op.timeout = options.timeout.count() != 0 ? options.timeout : timeout();
   // "Forever" (milliseconds::max()) would overflow every deadline computed from it.
   op.timeout = std::min(op.timeout, kMaxTimeout);
@@ -81,6 +81,10 @@ WorkHandle Communicator::enqueue(Op op, OpOptions options) {
   rec.root_or_peer = op.root;
   rec.timeout_ms = op.timeout.count();
   rec.created_wall_ns = trace::wall_now_ns();
+  rec.scope = trace::current_scope();
+  rec.thread_id = std::hash<std::thread::id>{}(std::this_thread::get_id());
+  rec.caller_file = caller.file_name();
+  rec.caller_line = caller.line();
 
   WorkHandle work;
   {
@@ -173,60 +177,65 @@ void Communicator::run_task(Task& task) {
   }
 }
 
-WorkHandle Communicator::all_reduce(BufferView data, ReduceOp op, OpOptions options) {
+WorkHandle Communicator::all_reduce(BufferView data, ReduceOp op, OpOptions options,
+                                    std::source_location caller) {
   Op o;
   o.kind = OpKind::kAllReduce;
   o.input = o.output = data;
   o.reduce_op = op;
-  return enqueue(std::move(o), options);
+  return enqueue(std::move(o), options, caller);
 }
 
-WorkHandle Communicator::broadcast(BufferView data, int root, OpOptions options) {
+WorkHandle Communicator::broadcast(BufferView data, int root, OpOptions options,
+                                   std::source_location caller) {
   Op o;
   o.kind = OpKind::kBroadcast;
   o.input = o.output = data;
   o.root = root;
-  return enqueue(std::move(o), options);
+  return enqueue(std::move(o), options, caller);
 }
 
-WorkHandle Communicator::reduce(BufferView data, int root, ReduceOp op, OpOptions options) {
+WorkHandle Communicator::reduce(BufferView data, int root, ReduceOp op, OpOptions options,
+                                std::source_location caller) {
   Op o;
   o.kind = OpKind::kReduce;
   o.input = o.output = data;
   o.root = root;
   o.reduce_op = op;
-  return enqueue(std::move(o), options);
+  return enqueue(std::move(o), options, caller);
 }
 
-WorkHandle Communicator::all_gather(BufferView input, BufferView output, OpOptions options) {
+WorkHandle Communicator::all_gather(BufferView input, BufferView output, OpOptions options,
+                                    std::source_location caller) {
   Op o;
   o.kind = OpKind::kAllGather;
   o.input = input;
   o.output = output;
-  return enqueue(std::move(o), options);
+  return enqueue(std::move(o), options, caller);
 }
 
 WorkHandle Communicator::reduce_scatter(BufferView input, BufferView output, ReduceOp op,
-                                        OpOptions options) {
+                                        OpOptions options, std::source_location caller) {
   Op o;
   o.kind = OpKind::kReduceScatter;
   o.input = input;
   o.output = output;
   o.reduce_op = op;
-  return enqueue(std::move(o), options);
+  return enqueue(std::move(o), options, caller);
 }
 
-WorkHandle Communicator::all_to_all(BufferView input, BufferView output, OpOptions options) {
+WorkHandle Communicator::all_to_all(BufferView input, BufferView output, OpOptions options,
+                                    std::source_location caller) {
   Op o;
   o.kind = OpKind::kAllToAll;
   o.input = input;
   o.output = output;
-  return enqueue(std::move(o), options);
+  return enqueue(std::move(o), options, caller);
 }
 
 WorkHandle Communicator::all_to_all(BufferView input, std::span<const size_t> input_splits,
                                     BufferView output, std::span<const size_t> output_splits,
-                                    OpOptions options) {
+                                    OpOptions options, std::source_location caller) {
   Op o;
   o.kind = OpKind::kAllToAll;
   o.input = input;
@@ -237,56 +246,61 @@ WorkHandle Communicator::all_to_all(BufferView input, std::span<const size_t> in
     throw Error(ErrorCode::kInvalidArgument, {global_rank(), name(), "all_to_all", -1},
                 "give both input and output splits, or neither");
   }
-  return enqueue(std::move(o), options);
+  return enqueue(std::move(o), options, caller);
 }
 
-WorkHandle Communicator::gather(BufferView input, BufferView output, int root, OpOptions options) {
+WorkHandle Communicator::gather(BufferView input, BufferView output, int root, OpOptions options,
+                                std::source_location caller) {
   Op o;
   o.kind = OpKind::kGather;
   o.input = input;
   o.output = output;
   o.root = root;
-  return enqueue(std::move(o), options);
+  return enqueue(std::move(o), options, caller);
 }
 
-WorkHandle Communicator::scatter(BufferView input, BufferView output, int root, OpOptions options) {
+WorkHandle Communicator::scatter(BufferView input, BufferView output, int root, OpOptions options,
+                                 std::source_location caller) {
   Op o;
   o.kind = OpKind::kScatter;
   o.input = input;
   o.output = output;
   o.root = root;
-  return enqueue(std::move(o), options);
+  return enqueue(std::move(o), options, caller);
 }
 
-WorkHandle Communicator::barrier(OpOptions options) {
+WorkHandle Communicator::barrier(OpOptions options, std::source_location caller) {
   Op o;
   o.kind = OpKind::kBarrier;
-  return enqueue(std::move(o), options);
+  return enqueue(std::move(o), options, caller);
 }
 
-WorkHandle Communicator::send(BufferView data, int peer, int tag, OpOptions options) {
+WorkHandle Communicator::send(BufferView data, int peer, int tag, OpOptions options,
+                              std::source_location caller) {
   Op o;
   o.kind = OpKind::kSend;
   o.input = o.output = data;
   o.root = peer;
   o.tag = tag;
-  return enqueue(std::move(o), options);
+  return enqueue(std::move(o), options, caller);
 }
 
-WorkHandle Communicator::recv(BufferView data, int peer, int tag, OpOptions options) {
+WorkHandle Communicator::recv(BufferView data, int peer, int tag, OpOptions options,
+                              std::source_location caller) {
   Op o;
   o.kind = OpKind::kRecv;
   o.input = o.output = data;
   o.root = peer;
   o.tag = tag;
-  return enqueue(std::move(o), options);
+  return enqueue(std::move(o), options, caller);
 }
 
-WorkHandle Communicator::batch_isend_irecv(std::span<const P2POp> ops, OpOptions options) {
+WorkHandle Communicator::batch_isend_irecv(std::span<const P2POp> ops, OpOptions options,
+                                           std::source_location caller) {
   Op o;
   o.kind = OpKind::kBatchP2P;
   o.p2p.assign(ops.begin(), ops.end());
-  return enqueue(std::move(o), options);
+  return enqueue(std::move(o), options, caller);
 }
 
 std::shared_ptr<Communicator> Communicator::split(int color, int key, CommOptions options) {

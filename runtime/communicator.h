@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <source_location>
 #include <span>
 #include <string>
 #include <thread>
@@ -40,6 +41,8 @@ struct OpOptions {
 // Passed as split()'s color by ranks that join no new communicator (like NCCL_SPLIT_NOCOLOR).
 inline constexpr int kNoColor = -1;
 
+// Every op records the scope it was called in (trace/scope.h) and its caller's file and line;
+// the defaulted `caller` argument captures the latter at no cost.
 class Communicator {
  public:
   // Used by init() and split(); users get communicators from those. `resources` is kept alive as
@@ -70,35 +73,47 @@ class Communicator {
   uint64_t op_seq() const;
 
   // Reduces `data` across the group in place.
-  WorkHandle all_reduce(BufferView data, ReduceOp op = ReduceOp::kSum, OpOptions options = {});
+  WorkHandle all_reduce(BufferView data, ReduceOp op = ReduceOp::kSum, OpOptions options = {},
+                        std::source_location caller = std::source_location::current());
   // Copies `data` of rank `root` into `data` of every rank.
-  WorkHandle broadcast(BufferView data, int root, OpOptions options = {});
+  WorkHandle broadcast(BufferView data, int root, OpOptions options = {},
+                       std::source_location caller = std::source_location::current());
   // Reduces `data` into `data` of rank `root`; other ranks' buffers are left unchanged.
-  WorkHandle reduce(BufferView data, int root, ReduceOp op = ReduceOp::kSum,
-                    OpOptions options = {});
+  WorkHandle reduce(BufferView data, int root, ReduceOp op = ReduceOp::kSum, OpOptions options = {},
+                    std::source_location caller = std::source_location::current());
   // Concatenates every rank's `input`, in rank order, into `output` (size() x input.count).
-  WorkHandle all_gather(BufferView input, BufferView output, OpOptions options = {});
+  WorkHandle all_gather(BufferView input, BufferView output, OpOptions options = {},
+                        std::source_location caller = std::source_location::current());
   // Reduces `input` (size() x output.count) and leaves block rank() of the result in `output`.
   WorkHandle reduce_scatter(BufferView input, BufferView output, ReduceOp op = ReduceOp::kSum,
-                            OpOptions options = {});
+                            OpOptions options = {},
+                            std::source_location caller = std::source_location::current());
   // Sends block j of `input` to rank j and receives rank j's block into block j of `output`; blocks
   // are count / size() elements.
-  WorkHandle all_to_all(BufferView input, BufferView output, OpOptions options = {});
+  WorkHandle all_to_all(BufferView input, BufferView output, OpOptions options = {},
+                        std::source_location caller = std::source_location::current());
   // Uneven all_to_all: input_splits[j] elements go to rank j; output_splits[j] come from rank j.
   WorkHandle all_to_all(BufferView input, std::span<const size_t> input_splits, BufferView output,
-                        std::span<const size_t> output_splits, OpOptions options = {});
+                        std::span<const size_t> output_splits, OpOptions options = {},
+                        std::source_location caller = std::source_location::current());
   // Concatenates every rank's `input` into `output` on rank `root` (ignored elsewhere).
-  WorkHandle gather(BufferView input, BufferView output, int root, OpOptions options = {});
+  WorkHandle gather(BufferView input, BufferView output, int root, OpOptions options = {},
+                    std::source_location caller = std::source_location::current());
   // Sends block j of `input` on rank `root` (ignored elsewhere) to `output` of rank j.
-  WorkHandle scatter(BufferView input, BufferView output, int root, OpOptions options = {});
+  WorkHandle scatter(BufferView input, BufferView output, int root, OpOptions options = {},
+                     std::source_location caller = std::source_location::current());
   // Completes once every rank has entered it.
-  WorkHandle barrier(OpOptions options = {});
+  WorkHandle barrier(OpOptions options = {},
+                     std::source_location caller = std::source_location::current());
   // Sends `data` to group rank `peer`; matched with the peer's recv of the same tag.
-  WorkHandle send(BufferView data, int peer, int tag = 0, OpOptions options = {});
+  WorkHandle send(BufferView data, int peer, int tag = 0, OpOptions options = {},
+                  std::source_location caller = std::source_location::current());
   // Receives into `data` from group rank `peer`.
-  WorkHandle recv(BufferView data, int peer, int tag = 0, OpOptions options = {});
+  WorkHandle recv(BufferView data, int peer, int tag = 0, OpOptions options = {},
+                  std::source_location caller = std::source_location::current());
   // Posts all sends and receives of `ops` together (no ordering deadlock between them) as one op.
-  WorkHandle batch_isend_irecv(std::span<const P2POp> ops, OpOptions options = {});
+  WorkHandle batch_isend_irecv(std::span<const P2POp> ops, OpOptions options = {},
+                               std::source_location caller = std::source_location::current());
 
   // Collective over this communicator: ranks passing the same `color` form a new communicator,
   // ordered by `key`, then by rank here. Ranks passing kNoColor get nullptr. Every rank must call
@@ -115,7 +130,7 @@ class Communicator {
     std::function<void()> job;  // Internal work (split) run on the worker, untraced.
   };
 
-  WorkHandle enqueue(Op op, OpOptions options);
+  WorkHandle enqueue(Op op, OpOptions options, const std::source_location& caller);
   void post_job(std::function<void()> job);
   void worker_loop();
   void run_task(Task& task);

@@ -10,6 +10,7 @@
 #include "runtime/meshrt.h"
 #include "runtime/validation.h"
 #include "trace/bandwidth.h"
+#include "trace/scope.h"
 #include "trace/tracer.h"
 
 namespace meshrt {
@@ -258,6 +259,34 @@ TEST(Tracing, EveryOpPassesThroughTheSinksAndSinkErrorsNeverReachTheOp) {
                                       "end all_reduce completed", "enqueue all_gather",
                                       "start all_gather", "end all_gather completed"}));
   EXPECT_EQ(trace::sink_failures() - failures_before, 6u);
+}
+
+TEST(Scopes, NestedScopesPhasesAndCallerReachTheRecord) {
+  auto world = make_inproc_world(1);
+  std::vector<float> x(4, 1.0f);
+  EXPECT_EQ(world[0]->all_reduce(view(x))->record().scope->path, "");
+  int line = 0;
+  WorkHandle inner, after;
+  {
+    trace::Scope model("MLP", trace::Phase::kForward);
+    {
+      trace::Scope layer("fc2");
+      line = __LINE__ + 1;
+      inner = world[0]->all_reduce(view(x));
+    }
+    trace::Scope back("MLP", trace::Phase::kBackward);
+    after = world[0]->all_reduce(view(x));
+  }
+  const auto rec = inner->record();
+  EXPECT_EQ(rec.scope->path, "MLP/fc2");
+  EXPECT_EQ(rec.scope->phase, trace::Phase::kForward);  // inherited from MLP
+  EXPECT_EQ(rec.scope->depth, 2);
+  EXPECT_EQ(rec.caller_line, static_cast<uint32_t>(line));
+  EXPECT_NE(std::string(rec.caller_file).find("unit_test.cc"), std::string::npos);
+  EXPECT_EQ(after->record().scope->path, "MLP/MLP");
+  EXPECT_EQ(trace::phase_name(after->record().scope->phase), "backward");
+  EXPECT_EQ(trace::current_scope(), trace::root_scope());
+  after->wait();
 }
 
 TEST(Bandwidth, NcclTestsFactorsTable) {

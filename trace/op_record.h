@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "trace/scope.h"
+
 namespace meshrt::trace {
 
 // Identity of a communicator, shared by all of its records.
@@ -53,6 +55,10 @@ struct OpRecord {
   int64_t start_ns = 0;  // 0 until started.
   int64_t end_ns = 0;    // 0 until completed or failed.
   OpState state = OpState::kScheduled;
+  const ScopeNode* scope = nullptr;  // The caller's scope and phase at enqueue (interned).
+  uint64_t thread_id = 0;            // The enqueuing thread (a hash of its std::thread::id).
+  const char* caller_file = "";      // Where the op was called (static storage).
+  uint32_t caller_line = 0;
 };
 
 }  // namespace meshrt::trace

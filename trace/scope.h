@@ -1,0 +1,44 @@
+// User scopes ("MLP.fc2" in the forward pass) that every op records: an RAII guard pushes a name
+// and a phase on the calling thread's scope stack. Scope nodes are interned once and never freed,
+// so a record holds a plain pointer and the hot path allocates nothing.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace meshrt::trace {
+
+// Training phase of a scope; a nested scope without one inherits its parent's.
+enum class Phase : uint8_t { kInherit, kForward, kBackward, kOptimizer, kOther };
+
+// "forward", "backward", "optimizer", "other" ("other" for kInherit at the root).
+std::string_view phase_name(Phase phase);
+
+// One interned node of the scope tree.
+struct ScopeNode {
+  std::string name;          // This level, e.g. "fc2".
+  std::string path;          // From the root, joined by '/', e.g. "MLP/fc2".
+  Phase phase = Phase::kOther;  // Resolved: never kInherit.
+  const ScopeNode* parent = nullptr;
+  int depth = 0;             // 0 for the root ("" path).
+};
+
+// The root node: ops outside any scope.
+const ScopeNode* root_scope();
+// The calling thread's innermost scope (the root outside any).
+const ScopeNode* current_scope();
+
+// Pushes `name` (with `phase`, or the parent's) for the guard's lifetime on this thread.
+class Scope {
+ public:
+  explicit Scope(std::string_view name, Phase phase = Phase::kInherit);
+  ~Scope();
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
+
+ private:
+  const ScopeNode* previous_;
+};
+
+}  // namespace meshrt::trace
