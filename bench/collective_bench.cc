@@ -7,8 +7,11 @@
 //   gloo    a raw gloo::rendezvous::Context (its own tcp device, store prefix "bench/raw/..."),
 //           driven with gloo's algorithms and gloo::sum<float>, the way PyTorch's ProcessGroupGloo
 //           drives it. Both are compiled in this binary: same compiler, same flags.
-// For each op and size the impls run back to back in a rotating order (round r: meshrt first when
-// r is even), so a ratio between them pairs measurements taken seconds apart.
+// For each op and size the impls run back to back, in an order rotated by the round number (2
+// impls: meshrt first when r is even), so a ratio between them pairs measurements seconds apart.
+// reduce_scatter compares meshrt's ring with raw Gloo all_reduce + slice (what Gloo's unbound API
+// and PyTorch 1.13 offer) and with Gloo's old ReduceScatterHalvingDoubling ("gloo_hd").
+// --handoff-experiment adds raw Gloo driven through a model of meshrt's worker handoff.
 //
 // Timing: every rank times each iteration of the timed loop on its own (std::chrono::steady_clock,
 // op issued -> op complete); the per-iteration times are then reduced with MAX across ranks (a
@@ -33,15 +36,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <numeric>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "bench/handoff_runner.h"
@@ -54,22 +54,23 @@ using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 struct Args {
-  int rounds = 1;         // Rounds in this process.
-  int first_round = 0;    // Index of the first round (the driver passes its round number).
-  int lat_iters = 1000;   // Timed iterations at the small size.
+  int rounds = 1;        // Rounds in this process.
+  int first_round = 0;   // Index of the first round (the driver passes its round number).
+  int lat_iters = 1000;  // Timed iterations at the small size.
   int lat_warmup = 100;
-  int big_iters = 7;      // Timed iterations at the large size.
+  int big_iters = 7;  // Timed iterations at the large size.
   int big_warmup = 2;
   size_t small_bytes = 8;
   size_t big_bytes = size_t{64} << 20;
   std::string ops = "all_reduce,all_gather,broadcast,reduce_scatter";
-  bool rs_hd = true;      // Also run Gloo's own ReduceScatterHalvingDoubling (old bound-buffer API).
+  bool rs_hd = true;  // Also run Gloo's own ReduceScatterHalvingDoubling (old bound-buffer API).
   // Which impls run (gloo_hd: reduce_scatter only); empty: all but the experiment's, plus the
   // experiment's when it is on.
   std::string impls;
-  // Adds, for all_reduce at the small size, raw Gloo driven through a worker thread exactly the way
-  // meshrt's Communicator hands ops over (gloo_thread), and the same with the caller running an
-  // op itself when the worker has not taken it yet (gloo_steal): isolates the handoff's cost.
+  // Adds, for all_reduce at the small size, raw Gloo driven through bench/handoff_runner.h: the
+  // way meshrt's Communicator hands ops to its worker (gloo_thread), with the caller running an
+  // op itself when the worker has not taken it yet (gloo_steal), and with a synchronous inline
+  // path (gloo_inline): isolates what the handoff costs and what removing it would gain.
   bool handoff_experiment = false;
 };
 
@@ -93,23 +94,36 @@ Args parse(int argc, char** argv) {
       if (i + 1 >= argc) usage(("missing value after " + k).c_str());
       return argv[++i];
     };
-    if (k == "--rounds") a.rounds = std::stoi(next());
-    else if (k == "--first-round") a.first_round = std::stoi(next());
-    else if (k == "--lat-iters") a.lat_iters = std::stoi(next());
-    else if (k == "--lat-warmup") a.lat_warmup = std::stoi(next());
-    else if (k == "--big-iters") a.big_iters = std::stoi(next());
-    else if (k == "--big-warmup") a.big_warmup = std::stoi(next());
-    else if (k == "--small-bytes") a.small_bytes = std::stoull(next());
-    else if (k == "--big-bytes") a.big_bytes = std::stoull(next());
-    else if (k == "--ops") a.ops = next();
-    else if (k == "--no-rs-hd") a.rs_hd = false;
-    else if (k == "--impls") a.impls = next();
-    else if (k == "--handoff-experiment") a.handoff_experiment = true;
-    else usage(("unknown argument " + k).c_str());
+    if (k == "--rounds")
+      a.rounds = std::stoi(next());
+    else if (k == "--first-round")
+      a.first_round = std::stoi(next());
+    else if (k == "--lat-iters")
+      a.lat_iters = std::stoi(next());
+    else if (k == "--lat-warmup")
+      a.lat_warmup = std::stoi(next());
+    else if (k == "--big-iters")
+      a.big_iters = std::stoi(next());
+    else if (k == "--big-warmup")
+      a.big_warmup = std::stoi(next());
+    else if (k == "--small-bytes")
+      a.small_bytes = std::stoull(next());
+    else if (k == "--big-bytes")
+      a.big_bytes = std::stoull(next());
+    else if (k == "--ops")
+      a.ops = next();
+    else if (k == "--no-rs-hd")
+      a.rs_hd = false;
+    else if (k == "--impls")
+      a.impls = next();
+    else if (k == "--handoff-experiment")
+      a.handoff_experiment = true;
+    else
+      usage(("unknown argument " + k).c_str());
   }
   if (a.rounds < 1 || a.lat_iters < 1 || a.big_iters < 1) usage("counts must be >= 1");
   if (a.impls.empty()) {
-    a.impls = a.handoff_experiment ? "meshrt,gloo,gloo_hd,gloo_thread,gloo_steal"
+    a.impls = a.handoff_experiment ? "meshrt,gloo,gloo_hd,gloo_thread,gloo_steal,gloo_inline"
                                    : "meshrt,gloo,gloo_hd";
   }
   return a;
@@ -198,15 +212,18 @@ struct Case {
   std::string impl;
   std::string op;
   size_t bytes;
-  std::function<void()> reset;  // Untimed, before warmup and before the timed loop.
-  std::function<void()> run;    // One op, returns when complete on this rank.
+  std::function<void()> reset;         // Untimed, before warmup and before the timed loop.
+  std::function<void()> run;           // One op, returns when complete on this rank.
   std::function<std::string()> check;  // After one run on reset data: "" or what is wrong.
 };
 
 class Bench {
  public:
   Bench(Args args, std::shared_ptr<meshrt::Communicator> world, RawGloo& raw)
-      : a_(std::move(args)), world_(std::move(world)), raw_(raw), rank_(world_->rank()),
+      : a_(std::move(args)),
+        world_(std::move(world)),
+        raw_(raw),
+        rank_(world_->rank()),
         n_(world_->size()) {}
 
   int main() {
@@ -231,10 +248,10 @@ class Bench {
     const size_t nn = static_cast<size_t>(n_);
     if (big % nn != 0) usage("--big-bytes must split evenly over the ranks in floats");
     small_.assign(std::max<size_t>(1, a_.small_bytes / sizeof(float)), 0.0f);
-    big_.assign(big, 0.0f);            // all_reduce, broadcast
-    ag_in_.assign(big / nn, 0.0f);     // all_gather: block of the 64 MiB output
+    big_.assign(big, 0.0f);         // all_reduce, broadcast
+    ag_in_.assign(big / nn, 0.0f);  // all_gather: block of the 64 MiB output
     ag_out_.assign(big, 0.0f);
-    rs_in_.assign(big, 0.0f);          // reduce_scatter: 64 MiB input
+    rs_in_.assign(big, 0.0f);  // reduce_scatter: 64 MiB input
     rs_out_.assign(big / nn, 0.0f);
     times_.reserve(static_cast<size_t>(std::max(a_.lat_iters, a_.big_iters)));
   }
@@ -266,12 +283,17 @@ class Bench {
              [this, v] { raw_.all_reduce(v->data(), v->size()); }, check},
         });
         if (a_.handoff_experiment && v == &small_) {
-          for (auto* runner : {&plain_runner_, &steal_runner_}) {
+          using Mode = meshrt::bench::HandoffRunner::Mode;
+          for (auto [name, mode] :
+               {std::pair{"gloo_thread", Mode::kHandoff}, std::pair{"gloo_steal", Mode::kSteal},
+                std::pair{"gloo_inline", Mode::kInline}}) {
+            auto& runner = runners_[static_cast<size_t>(mode)];
+            if (!runner) runner = std::make_unique<meshrt::bench::HandoffRunner>(mode);
+            meshrt::bench::HandoffRunner* rp = runner.get();
             out.back().push_back(
-                {runner == &plain_runner_ ? "gloo_thread" : "gloo_steal", "all_reduce", bytes,
-                 reset,
-                 [this, v, runner] {
-                   runner->wait(runner->submit([this, v] { raw_.all_reduce(v->data(), v->size()); }));
+                {name, "all_reduce", bytes, reset,
+                 [this, v, rp] {
+                   rp->wait(rp->submit([this, v] { raw_.all_reduce(v->data(), v->size()); }));
                  },
                  check});
           }
@@ -354,8 +376,7 @@ class Bench {
               raw_.context(), std::vector<float*>{rs_in_.data()}, static_cast<int>(rs_in_.size()),
               recv);
         }
-        group.push_back({"gloo_hd", "reduce_scatter", bytes, reset,
-                         [this] { rs_hd_->run(); },
+        group.push_back({"gloo_hd", "reduce_scatter", bytes, reset, [this] { rs_hd_->run(); },
                          [this, want, block] {
                            return expect_all(rs_in_.data(), block, want, "reduce_scatter_hd");
                          }});
@@ -442,8 +463,7 @@ class Bench {
   std::vector<double> times_;
   std::unique_ptr<gloo::ReduceScatterHalvingDoubling<float>> rs_hd_;
   std::map<std::string, bool> checked_;
-  meshrt::bench::HandoffRunner plain_runner_{false};
-  meshrt::bench::HandoffRunner steal_runner_{true};
+  std::unique_ptr<meshrt::bench::HandoffRunner> runners_[3];
 };
 
 }  // namespace

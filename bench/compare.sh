@@ -1,7 +1,8 @@
 #!/bin/bash
 # Compares meshrt, raw libgloo and PyTorch (gloo backend) collectives on one machine over loopback.
 #
-#   bench/compare.sh BUILD_DIR [-r ROUNDS] [-w "2 4"] [-o OUT_DIR] [-t SECONDS] [-- BENCH_ARGS...]
+#   bench/compare.sh BUILD_DIR [-r ROUNDS] [-w "2 4"] [-o OUT_DIR] [-t SECONDS] [--cpp-only]
+#                    [-- BENCH_ARGS...]
 #
 # BUILD_DIR holds an already built bench/collective_bench (this script builds nothing; use a
 # release build dir for figures: meson setup build-release --buildtype=release && ninja -C
@@ -11,12 +12,14 @@
 # with the order of the two process groups rotated over rounds (and, inside collective_bench,
 # the order of meshrt and raw Gloo rotated by round number). Every process group gets a fresh free
 # port on 127.0.0.1 and is bounded by `timeout`. BENCH_ARGS go to both benchmarks (same iteration
-# counts), e.g. -- --lat-iters 2000.
+# counts), e.g. -- --lat-iters 2000. --cpp-only skips torch (for collective_bench-only args such
+# as --handoff-experiment). World sizes default to 2 (about 75 s for 7 rounds); -w "2 4" adds 4
+# ranks (about 4 more minutes).
 #
 # Prints a markdown table (compare_stats.py) and keeps the raw JSON lines in OUT_DIR.
 set -u -o pipefail
 
-usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 [ $# -ge 1 ] || usage
 BUILD=$1; shift
@@ -24,12 +27,14 @@ ROUNDS=7
 WORLDS="2"
 OUT=""
 LIMIT=120
+TORCH=1
 while [ $# -gt 0 ]; do
   case $1 in
     -r) ROUNDS=$2; shift 2 ;;
     -w) WORLDS=$2; shift 2 ;;
     -o) OUT=$2; shift 2 ;;
     -t) LIMIT=$2; shift 2 ;;
+    --cpp-only) TORCH=0; shift ;;
     --) shift; break ;;
     -h|--help) usage ;;
     *) echo "compare.sh: unknown argument $1" >&2; usage ;;
@@ -54,8 +59,10 @@ BUILDTYPE=$(meson introspect "$BUILD" --buildoptions 2>/dev/null |
   echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo "machine: $(uname -srm), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
   echo "build: $BUILD (buildtype $BUILDTYPE)"
-  echo "torch: $($PY -c 'import torch; print(torch.__version__)' 2>/dev/null)"
+  (( TORCH )) && echo "torch: $($PY -c 'import torch; print(torch.__version__)' 2>/dev/null)"
   echo "rounds: $ROUNDS, world sizes: $WORLDS, extra args: ${EXTRA[*]:-none}"
+  # Shared machine: a load above ~1 before we start means someone else is using the cores.
+  echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 } | tee "$OUT/env.txt" >&2
 
 free_port() {
@@ -89,10 +96,11 @@ for n in $WORLDS; do
     cpp=(run_group cpp "$n" "$i" "$CB" --first-round "$i" "${EXTRA[@]}")
     tor=(run_group torch "$n" "$i" "$PY" "$TB" --first-round "$i" "${EXTRA[@]}")
     # Rotate which process group goes first: C++ first in rounds 0,1,4,5; torch in 2,3,6, ...
-    if (( (i / 2) % 2 == 0 )); then "${cpp[@]}"; "${tor[@]}"; else "${tor[@]}"; "${cpp[@]}"; fi
+    if (( TORCH == 0 )); then "${cpp[@]}";
+    elif (( (i / 2) % 2 == 0 )); then "${cpp[@]}"; "${tor[@]}"; else "${tor[@]}"; "${cpp[@]}"; fi
     echo "world $n round $i: $(( $(date +%s) - t0 )) s" >&2
   done
 done
-echo "total: $(( $(date +%s) - START )) s; raw results in $RESULTS" >&2
+echo "total: $(( $(date +%s) - START )) s; load after: $(cut -d' ' -f1-3 /proc/loadavg); raw results in $RESULTS" | tee -a "$OUT/env.txt" >&2
 
 $PY "$HERE/compare_stats.py" "$RESULTS"

@@ -6,7 +6,9 @@
 Per world size and (op, size): the median over rounds of each implementation's per-round figure
 (latency in us for sizes <= 64 B, busbw in GB/s otherwise), and the paired time ratios
 meshrt/raw-Gloo and meshrt/torch, each ratio formed within one round (min / median / max over
-rounds). A ratio below 1 means meshrt took less time.
+rounds). A ratio below 1 means meshrt took less time. Implementations other than meshrt, gloo,
+gloo_hd and torch (collective_bench --handoff-experiment) get a second table, paired with raw
+Gloo and meshrt.
 """
 import collections
 import json
@@ -72,13 +74,33 @@ def main(path):
                 f"| {label} | {size_name(nbytes)} | {'latency' if latency else 'busbw'} | "
                 f"{cell(m)} | {cell(g)} | {cell(t) if tl else 'n/a'} | "
                 f"{fmt_ratio(ratios(gl))} | {fmt_ratio(ratios(tl)) if tl else 'n/a'} | "
-                f"{min(x for x in (nm, ng, nt if tl else nm) )} |")
+                f"{len(ratios(gl))} |")
     for world in sorted(rows_for):
         print(f"\n### {world} ranks (127.0.0.1, Gloo TCP over loopback)\n")
         print("| op | size | figure | meshrt | raw gloo | torch | time ratio meshrt/gloo "
               "(min / **med** / max) | time ratio meshrt/torch (min / **med** / max) | rounds |")
         print("|---|---|---|---|---|---|---|---|---|")
         for row in rows_for[world]:
+            print(row)
+    known = {"meshrt", "gloo", "gloo_hd", "torch"}
+    extra = []
+    for (world, op, nbytes), rounds in sorted(by.items()):
+        impls = sorted({i for rr in rounds.values() for i in rr} - known)
+        for impl in impls + (["meshrt"] if impls else []):
+            xs = [rr[impl]["time_us"] for rr in rounds.values() if impl in rr]
+            vs_g = [rr[impl]["time_us"] / rr["gloo"]["time_us"] for rr in rounds.values()
+                    if impl in rr and "gloo" in rr]
+            vs_m = [rr[impl]["time_us"] / rr["meshrt"]["time_us"] for rr in rounds.values()
+                    if impl in rr and "meshrt" in rr]
+            extra.append(f"| {world} | {impl} | {op} | {size_name(nbytes)} | "
+                         f"{statistics.median(xs):.1f} us | {fmt_ratio(vs_g)} | "
+                         f"{fmt_ratio(vs_m) if impl != 'meshrt' else '1'} | {len(vs_g)} |")
+    if extra:
+        print("\n### Other implementations (time, paired with raw gloo and meshrt in the same round)\n")
+        print("| ranks | impl | op | size | median time | time ratio impl/gloo (min / **med** / max)"
+              " | time ratio impl/meshrt (min / **med** / max) | rounds |")
+        print("|---|---|---|---|---|---|---|---|")
+        for row in extra:
             print(row)
     print("\nFigures: median over rounds of each round's value; a round's value is the median over"
           " iterations of the per-iteration time, max across ranks. busbw = bytes/time x"

@@ -1,6 +1,6 @@
 // A bench-only model of meshrt::Communicator's op handoff, to measure what the handoff itself
-// costs (bench/collective_bench --handoff-experiment, bench/op_overhead_bench) and to try a
-// candidate fix without touching the runtime.
+// costs (bench/collective_bench --handoff-experiment, bench/op_overhead_bench) and to try
+// candidate fixes without touching the runtime.
 #pragma once
 
 #include <condition_variable>
@@ -12,13 +12,20 @@
 
 namespace meshrt::bench {
 
-// Runs ops on a worker thread with the same handoff as meshrt::Communicator: the caller queues
-// under a mutex and notifies after unlocking; the worker pops, runs, and completes the job under
-// the job's own mutex + condition variable, which wait() sleeps on. With `steal`, wait() runs the
-// job on the calling thread if the worker has not taken it yet (FIFO order kept: one job runs at
-// a time, always the queue's front) -- a candidate fix for meshrt's small-op latency.
+// Runs jobs in FIFO order, one at a time.
+//   kHandoff  like meshrt::Communicator today: submit() queues under a mutex and notifies the
+//             worker after unlocking; the worker pops, runs, and completes the job under the job's
+//             own mutex + condition variable, which wait() sleeps on. Two thread wake-ups per op.
+//   kSteal    the same, but wait() runs the job on the calling thread if the worker has not
+//             taken it yet. The worker is still notified by every submit().
+//   kInline   a synchronous fast path: submit() runs the job on the calling thread when nothing
+//             is queued or running (else it queues as kHandoff). No wake-up at all; the bound of
+//             what removing the handoff can gain. (A runtime would offer this only where the
+//             caller waits right away, e.g. an explicit blocking call.)
 class HandoffRunner {
  public:
+  enum class Mode { kHandoff, kSteal, kInline };
+
   struct Job {
     std::function<void()> fn;
     std::mutex mu;
@@ -26,7 +33,7 @@ class HandoffRunner {
     bool done = false;
   };
 
-  explicit HandoffRunner(bool steal) : steal_(steal) {}
+  explicit HandoffRunner(Mode mode) : mode_(mode) {}
   ~HandoffRunner() {
     {
       std::lock_guard lock(mu_);
@@ -35,12 +42,20 @@ class HandoffRunner {
     cv_.notify_all();
     if (worker_.joinable()) worker_.join();
   }
+  HandoffRunner(const HandoffRunner&) = delete;
+  HandoffRunner& operator=(const HandoffRunner&) = delete;
 
   std::shared_ptr<Job> submit(std::function<void()> fn) {
     auto job = std::make_shared<Job>();
     job->fn = std::move(fn);
     {
-      std::lock_guard lock(mu_);
+      std::unique_lock lock(mu_);
+      if (mode_ == Mode::kInline && queue_.empty() && !busy_) {
+        busy_ = true;
+        lock.unlock();
+        run_here(*job);
+        return job;
+      }
       if (!worker_.joinable()) worker_ = std::thread([this] { loop(); });
       queue_.push_back(job);
     }
@@ -49,18 +64,13 @@ class HandoffRunner {
   }
 
   void wait(const std::shared_ptr<Job>& job) {
-    if (steal_) {
+    if (mode_ == Mode::kSteal) {
       std::unique_lock lock(mu_);
       if (!busy_ && !queue_.empty() && queue_.front() == job) {
         queue_.pop_front();
         busy_ = true;
         lock.unlock();
-        complete(*job);
-        lock.lock();
-        busy_ = false;
-        const bool more = !queue_.empty();
-        lock.unlock();
-        if (more) cv_.notify_all();
+        run_here(*job);
         return;
       }
     }
@@ -76,6 +86,16 @@ class HandoffRunner {
       job.done = true;
     }
     job.cv.notify_all();
+  }
+
+  // Runs `job` on the calling thread (busy_ already set), then lets the worker go on.
+  void run_here(Job& job) {
+    complete(job);
+    std::unique_lock lock(mu_);
+    busy_ = false;
+    const bool more = !queue_.empty();
+    lock.unlock();
+    if (more) cv_.notify_all();
   }
 
   void loop() {
@@ -95,11 +115,11 @@ class HandoffRunner {
     }
   }
 
-  const bool steal_;
+  const Mode mode_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
-  bool busy_ = false;
+  bool busy_ = false;  // A job is running (on the worker or a caller).
   bool stopping_ = false;
   std::thread worker_;
 };

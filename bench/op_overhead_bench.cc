@@ -11,12 +11,15 @@
 //   BM_HandoffModelSteal   the same, with wait() running the job itself if the worker has not
 //                          taken it yet (a candidate fix, see docs/performance.md).
 #include <benchmark/benchmark.h>
+#include <gloo/math.h>
 
 #include <vector>
 
 #include "bench/handoff_runner.h"
 #include "runtime/meshrt.h"
+#include "runtime/reduce_op.h"
 #include "runtime/validation.h"
+#include "trace/tracer.h"
 
 namespace {
 
@@ -27,7 +30,7 @@ std::shared_ptr<meshrt::Communicator> make_world() {
 
 void BM_AllReduce8B(benchmark::State& state) {
   auto comm = make_world();
-  std::vector<float> x(2, 1.0f);  // 8 bytes
+  std::vector<float> x(2, 1.0f);              // 8 bytes
   comm->all_reduce(meshrt::view(x))->wait();  // Starts the worker thread.
   for (auto _ : state) {
     comm->all_reduce(meshrt::view(x))->wait();
@@ -45,12 +48,65 @@ void BM_AllReduce8B_Pipelined(benchmark::State& state) {
   std::vector<meshrt::WorkHandle> works(static_cast<size_t>(batch));
   comm->all_reduce(meshrt::view(x))->wait();
   for (auto _ : state) {
-    for (int64_t i = 0; i < batch; ++i) works[static_cast<size_t>(i)] = comm->all_reduce(meshrt::view(x));
+    for (int64_t i = 0; i < batch; ++i)
+      works[static_cast<size_t>(i)] = comm->all_reduce(meshrt::view(x));
     works.back()->wait();
   }
   state.SetItemsProcessed(state.iterations() * batch);
 }
 BENCHMARK(BM_AllReduce8B_Pipelined)->Arg(64)->UseRealTime();
+
+// The same with one trace sink registered that does nothing: the cost of delivering the three
+// life-cycle events (enqueue, start, end) to a sink, before any sink does real work.
+class NullSink : public meshrt::trace::Sink {
+ public:
+  void on_enqueue(const meshrt::trace::OpRecord&) override {}
+  void on_start(const meshrt::trace::OpRecord&) override {}
+  void on_end(const meshrt::trace::OpRecord&) override {}
+};
+
+void BM_AllReduce8B_NullSink(benchmark::State& state) {
+  auto sink = std::make_shared<NullSink>();
+  meshrt::trace::add_sink(sink);
+  auto comm = make_world();
+  std::vector<float> x(2, 1.0f);
+  comm->all_reduce(meshrt::view(x))->wait();
+  for (auto _ : state) {
+    comm->all_reduce(meshrt::view(x))->wait();
+  }
+  meshrt::trace::remove_sink(sink.get());
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_AllReduce8B_NullSink)->UseRealTime();
+
+// The reduction kernels of the two sides of bench/collective_bench, in place (out == a, as Gloo's
+// ring calls them): meshrt's reduce_elements (compiled in libmeshrt) vs gloo::sum<float>
+// (compiled here). Arg: elements. Not host overhead, but it tells whether a bandwidth ratio
+// between meshrt and raw Gloo can come from the reduction loop.
+void BM_ReduceSumF32_Meshrt(benchmark::State& state) {
+  const size_t n = static_cast<size_t>(state.range(0));
+  std::vector<float> a(n, 1.0f), b(n, 0.0f);
+  for (auto _ : state) {
+    meshrt::reduce_elements(meshrt::DType::kF32, meshrt::ReduceOp::kSum, a.data(), a.data(),
+                            b.data(), n);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(n * sizeof(float)));
+}
+BENCHMARK(BM_ReduceSumF32_Meshrt)->Arg(1 << 16)->Arg(1 << 22);
+
+void BM_ReduceSumF32_Gloo(benchmark::State& state) {
+  const size_t n = static_cast<size_t>(state.range(0));
+  std::vector<float> a(n, 1.0f), b(n, 0.0f);
+  void (*fn)(void*, const void*, const void*, size_t) = &gloo::sum<float>;
+  benchmark::DoNotOptimize(fn);
+  for (auto _ : state) {
+    fn(a.data(), a.data(), b.data(), n);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(n * sizeof(float)));
+}
+BENCHMARK(BM_ReduceSumF32_Gloo)->Arg(1 << 16)->Arg(1 << 22);
 
 void BM_Barrier(benchmark::State& state) {
   auto comm = make_world();
@@ -81,7 +137,7 @@ BENCHMARK(BM_ValidateOnly);
 // The bare handoff meshrt's Communicator performs per op (queue + notify, worker wakes and runs,
 // completion + notify, caller wakes), with an empty job: bench/handoff_runner.h.
 void BM_HandoffModel(benchmark::State& state) {
-  meshrt::bench::HandoffRunner runner(/*steal=*/false);
+  meshrt::bench::HandoffRunner runner(meshrt::bench::HandoffRunner::Mode::kHandoff);
   runner.wait(runner.submit([] {}));
   for (auto _ : state) {
     runner.wait(runner.submit([] {}));
@@ -92,7 +148,7 @@ BENCHMARK(BM_HandoffModel)->UseRealTime();
 
 // The same with the candidate fix: wait() runs the job itself if the worker has not taken it.
 void BM_HandoffModelSteal(benchmark::State& state) {
-  meshrt::bench::HandoffRunner runner(/*steal=*/true);
+  meshrt::bench::HandoffRunner runner(meshrt::bench::HandoffRunner::Mode::kSteal);
   runner.wait(runner.submit([] {}));
   for (auto _ : state) {
     runner.wait(runner.submit([] {}));

@@ -20,9 +20,30 @@ std::atomic<uint64_t> next_comm_uid{0};
 
 }  // namespace
 
+// The works' handle on their communicator: it may be gone by the time a work waits, so the
+// communicator closes it on destruction, after any inline run in progress has finished.
+class Communicator::Runner : public InlineRunner {
+ public:
+  explicit Runner(Communicator* owner) : owner_(owner) {}
+  bool run_inline(const Work& work) override {
+    std::lock_guard lock(mu_);
+    return owner_ != nullptr && owner_->try_run_inline(work);
+  }
+  void close() {
+    std::lock_guard lock(mu_);
+    owner_ = nullptr;
+  }
+
+ private:
+  std::mutex mu_;
+  Communicator* owner_;
+};
+
 Communicator::Communicator(trace::CommInfo info, std::unique_ptr<Backend> backend,
                            std::shared_ptr<void> resources)
-    : backend_(std::move(backend)), resources_(std::move(resources)) {
+    : backend_(std::move(backend)),
+      resources_(std::move(resources)),
+      runner_(std::make_shared<Runner>(this)) {
   trace::CommLogger::install_from_env();
   info.uid = next_comm_uid.fetch_add(1);
   info.backend = std::string(backend_->name());
@@ -41,6 +62,7 @@ Communicator::~Communicator() {
   }
   cv_.notify_all();
   if (worker_.joinable()) worker_.join();
+  runner_->close();
 }
 
 uint64_t Communicator::collective_seq() const {
@@ -105,6 +127,7 @@ WorkHandle Communicator::enqueue(Op op, OpOptions options, const std::source_loc
     // Sinks hear of the op before the worker can start it, and in sequence order.
     trace::emit_enqueue(rec);
     work = std::make_shared<Work>(std::move(rec));
+    work->set_runner(runner_);
     if (aborted_) {
       work->mark_failed(Error(ErrorCode::kAborted,
                               {global_rank(), name(), std::string(op_kind_name(op.kind)),
@@ -134,13 +157,37 @@ void Communicator::worker_loop() {
     Task task;
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      cv_.wait(lock, [this] { return (stopping_ && !busy_) || (!queue_.empty() && !busy_); });
       if (queue_.empty()) return;
       task = std::move(queue_.front());
       queue_.pop_front();
+      busy_ = true;
     }
     run_task(task);
+    {
+      std::lock_guard lock(mu_);
+      busy_ = false;
+    }
+    cv_.notify_all();
   }
+}
+
+bool Communicator::try_run_inline(const Work& work) {
+  Task task;
+  {
+    std::lock_guard lock(mu_);
+    if (busy_ || queue_.empty() || queue_.front().work.get() != &work) return false;
+    task = std::move(queue_.front());
+    queue_.pop_front();
+    busy_ = true;
+  }
+  run_task(task);
+  {
+    std::lock_guard lock(mu_);
+    busy_ = false;
+  }
+  cv_.notify_all();
+  return true;
 }
 
 void Communicator::run_task(Task& task) {

@@ -130,10 +130,13 @@ class Communicator {
     std::function<void()> job;  // Internal work (split) run on the worker, untraced.
   };
 
+  class Runner;
+
   WorkHandle enqueue(Op op, OpOptions options, const std::source_location& caller);
   void post_job(std::function<void()> job);
   void worker_loop();
   void run_task(Task& task);
+  bool try_run_inline(const Work& work);
 
   std::shared_ptr<const trace::CommInfo> info_;
   std::unique_ptr<Backend> backend_;
@@ -142,13 +145,15 @@ class Communicator {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Task> queue_;
+  bool busy_ = false;  // A task is running, on the worker or inline on a waiting caller.
   bool stopping_ = false;
   bool aborted_ = false;
   uint64_t collective_seq_ = 0;
   uint64_t p2p_seq_ = 0;
   uint64_t op_seq_ = 0;
   uint64_t splits_ = 0;
-  std::thread worker_;  // Started by the first op: idle communicators cost no thread.
+  std::thread worker_;              // Started by the first op: idle communicators cost no thread.
+  std::shared_ptr<Runner> runner_;  // Shared with this communicator's works.
 };
 
 }  // namespace meshrt

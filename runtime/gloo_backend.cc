@@ -379,7 +379,9 @@ class GlooBackend : public Backend {
 
   // Ring reduce-scatter: n-1 steps, each sends one partially reduced block to the right neighbour
   // and reduces the block arriving from the left, so every rank moves (n-1)/n of the input once.
-  // Debian's Gloo has no reduce_scatter, and all_reduce-then-slice moves twice the bytes.
+  // Debian's Gloo has no unbound-buffer reduce_scatter (its bound-buffer halving-doubling is
+  // slower here and gave wrong results in 3 of ~70 bench runs); all_reduce-then-slice moves twice
+  // the bytes. Measured in docs/performance.md.
   void reduce_scatter_ring(const Op& op) {
     const int n = context_->size;
     const int rank = context_->rank;

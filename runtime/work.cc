@@ -9,6 +9,7 @@
 namespace meshrt {
 
 void Work::wait() {
+  if (runner_ && !test()) runner_->run_inline(*this);
   std::unique_lock lock(mu_);
   cv_.wait(lock, [this] { return done_; });
   if (error_) throw *error_;
