@@ -157,18 +157,13 @@ void Communicator::worker_loop() {
     Task task;
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [this] { return (stopping_ && !busy_) || (!queue_.empty() && !busy_); });
+      cv_.wait(lock, [this] { return !busy_ && (stopping_ || !queue_.empty()); });
       if (queue_.empty()) return;
       task = std::move(queue_.front());
       queue_.pop_front();
       busy_ = true;
     }
-    run_task(task);
-    {
-      std::lock_guard lock(mu_);
-      busy_ = false;
-    }
-    cv_.notify_all();
+    run_claimed(task);
   }
 }
 
@@ -181,13 +176,17 @@ bool Communicator::try_run_inline(const Work& work) {
     queue_.pop_front();
     busy_ = true;
   }
+  run_claimed(task);
+  return true;
+}
+
+void Communicator::run_claimed(Task& task) {
   run_task(task);
   {
     std::lock_guard lock(mu_);
     busy_ = false;
   }
   cv_.notify_all();
-  return true;
 }
 
 void Communicator::run_task(Task& task) {

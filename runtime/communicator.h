@@ -136,6 +136,8 @@ class Communicator {
   void post_job(std::function<void()> job);
   void worker_loop();
   void run_task(Task& task);
+  // Runs a task this thread took off the queue (busy_ set), then frees the queue.
+  void run_claimed(Task& task);
   bool try_run_inline(const Work& work);
 
   std::shared_ptr<const trace::CommInfo> info_;
