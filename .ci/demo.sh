@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs the main demo: 4 local CPU ranks over Gloo on
-# loopback, collectives on a 2x2 dp x tp layout, every result checked.
+# loopback, collectives on a 2x2 dp x tp DeviceMesh, every result checked, and the comm logger's
+# summary by mesh dim.
 # (meshrun replaces the launch loop below once the launcher lands.)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +15,7 @@ for ((rank = 0; rank < world; rank++)); do
   (
     set -o pipefail
     RANK=$rank WORLD_SIZE=$world LOCAL_RANK=$rank LOCAL_WORLD_SIZE=$world \
-      MASTER_ADDR=127.0.0.1 MASTER_PORT=$port MESHRT_TIMEOUT_MS=30000 \
+      MASTER_ADDR=127.0.0.1 MASTER_PORT=$port MESHRT_TIMEOUT_MS=30000 MESHRT_COMMS_LOG=1 \
       timeout 60 build/examples/collectives_demo 2>&1 | sed -u "s/^/[rank$rank]: /"
   ) &
   pids+=($!)
