@@ -1,8 +1,9 @@
 // The demo: every rank joins the job from torchrun-style variables, builds a 2 x (N/2) "dp x tp"
 // DeviceMesh, runs collectives on each dim's communicator, checks every element, and rank 0
 // prints what ran where and how long it took, then the comm logger's summary (run with
-// MESHRT_COMMS_LOG=1). Exit status 1 on a wrong result.
+// MESHRT_COMMS_LOG=1) and the scope tree at noise level 0. Exit status 1 on a wrong result.
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <numeric>
@@ -13,6 +14,7 @@
 #include "runtime/meshrt.h"
 #include "trace/comm_logger.h"
 #include "trace/scope.h"
+#include "trace/scope_tree.h"
 
 namespace {
 
@@ -30,6 +32,7 @@ struct Check {
 
 int main() {
   try {
+    meshrt::trace::ScopeTree::instance().enable();
     auto world = meshrt::init();
     const int n = world->size();
     const int r = world->rank();
@@ -117,6 +120,9 @@ int main() {
         std::printf("\ncomm logger summary, rank 0:\n%s",
                     logger.summary_table(world->global_rank()).c_str());
       }
+      std::printf("\n%s", meshrt::trace::ScopeTree::instance()
+                              .table(world->global_rank(), 0, isatty(STDOUT_FILENO) != 0)
+                              .c_str());
     }
     world->barrier()->wait();
     return wrong[0] == 0 ? 0 : 1;

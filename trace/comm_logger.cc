@@ -1,8 +1,6 @@
 #include "trace/comm_logger.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -11,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "trace/atomic_file.h"
 #include "trace/bandwidth.h"
 
 namespace meshrt::trace {
@@ -47,30 +46,6 @@ std::string human_bytes(uint64_t b) {
     ++u;
   }
   return u == 0 ? fmt::format("{} B", b) : fmt::format("{:.0f} {}", v, units[u]);
-}
-
-// Temp file, fsync, rename: a reader never sees a partial summary.
-bool write_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return false;
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n <= 0) {
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return false;
-    }
-    done += static_cast<size_t>(n);
-  }
-  const bool ok = ::fsync(fd) == 0;
-  ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    return false;
-  }
-  return true;
 }
 
 void write_at_exit() {
@@ -278,7 +253,7 @@ std::vector<std::string> CommLogger::write_summaries(const std::string& pattern)
     for (size_t at = path.find("{rank}"); at != std::string::npos; at = path.find("{rank}")) {
       path.replace(at, 6, std::to_string(rank));
     }
-    if (write_atomically(path, summary_json(rank))) {
+    if (write_file_atomically(path, summary_json(rank))) {
       written.push_back(path);
     } else {
       std::fprintf(stderr, "[meshrt rank %d] could not write the comms summary to %s\n", rank,

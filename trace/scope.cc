@@ -41,11 +41,15 @@ const ScopeNode* intern(const ScopeNode* parent, std::string_view name, Phase ph
 
 std::string_view phase_name(Phase phase) {
   switch (phase) {
-    case Phase::kForward: return "forward";
-    case Phase::kBackward: return "backward";
-    case Phase::kOptimizer: return "optimizer";
+    case Phase::kForward:
+      return "forward";
+    case Phase::kBackward:
+      return "backward";
+    case Phase::kOptimizer:
+      return "optimizer";
     case Phase::kInherit:
-    case Phase::kOther: return "other";
+    case Phase::kOther:
+      return "other";
   }
   return "other";
 }

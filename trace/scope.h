@@ -17,11 +17,11 @@ std::string_view phase_name(Phase phase);
 
 // One interned node of the scope tree.
 struct ScopeNode {
-  std::string name;          // This level, e.g. "fc2".
-  std::string path;          // From the root, joined by '/', e.g. "MLP/fc2".
+  std::string name;             // This level, e.g. "fc2".
+  std::string path;             // From the root, joined by '/', e.g. "MLP/fc2".
   Phase phase = Phase::kOther;  // Resolved: never kInherit.
   const ScopeNode* parent = nullptr;
-  int depth = 0;             // 0 for the root ("" path).
+  int depth = 0;  // 0 for the root ("" path).
 };
 
 // The root node: ops outside any scope.

@@ -1,0 +1,61 @@
+// The scope tree: collectives per user scope (like PyTorch's CommDebugMode), with bytes and time
+// per mesh dim, per rank. Counts are cumulative up the tree. Noise levels: 0 counts; 1 adds each
+// op's dtype, element counts and mesh dim; 2 adds bytes and time per op; 3 adds every record field.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "trace/tracer.h"
+
+namespace meshrt::trace {
+
+class ScopeTree : public Sink {
+ public:
+  // Ops kept per rank for noise levels 1-3; counts and sums are never capped.
+  static constexpr size_t kMaxOpsPerRank = 100000;
+
+  // The process's scope tree; registered as a sink by enable().
+  static ScopeTree& instance();
+  void enable();
+  void disable();
+  void reset();
+
+  // The tree of `global_rank` as text, indented by depth; `color` adds ANSI colours (use it only
+  // on a terminal).
+  std::string table(int global_rank, int noise_level, bool color) const;
+  // The tree as JSON: {"rank", "noise_level", "root": {"scope", "name", "phase", "collectives":
+  // {op: cumulative count}, "self": {op: count}, "dims": {dim: {"count", "bytes", "time_ms"}},
+  // "ops": [...] (noise >= 1), "children": [...]}}.
+  std::string json(int global_rank, int noise_level) const;
+  // Writes table (no colour) or JSON atomically to `path`; false on failure.
+  bool write(const std::string& path, int global_rank, int noise_level, bool as_json) const;
+
+  void on_enqueue(const OpRecord&) override {}
+  void on_start(const OpRecord&) override {}
+  void on_end(const OpRecord& record) override;
+
+ private:
+  struct DimStats {
+    uint64_t count = 0;
+    uint64_t bytes = 0;
+    int64_t time_ns = 0;
+  };
+  struct NodeStats {
+    std::map<std::string, uint64_t> self_counts;  // op -> count in this scope itself
+    std::map<std::string, DimStats> dims;         // mesh dim (or comm name) -> sums
+  };
+  struct RankData {
+    std::map<const ScopeNode*, NodeStats> nodes;
+    std::vector<OpRecord> ops;
+  };
+
+  mutable std::mutex mu_;
+  bool enabled_ = false;
+  std::map<int, RankData> ranks_;
+};
+
+}  // namespace meshrt::trace
