@@ -51,10 +51,7 @@ std::string human_bytes(uint64_t b) {
 void write_at_exit() {
   CommLogger& logger = CommLogger::instance();
   const std::string path = logger.options().summary_path;
-  if (path.empty()) return;
-  for (const auto& p : logger.write_summaries(path)) {
-    (void)p;
-  }
+  if (!path.empty()) logger.write_summaries(path);
 }
 
 }  // namespace
