@@ -10,7 +10,9 @@
 #include "runtime/error.h"
 #include "runtime/logging.h"
 #include "runtime/validation.h"
+#include "runtime/watchdog.h"
 #include "trace/comm_logger.h"
+#include "trace/flight_recorder.h"
 #include "trace/tracer.h"
 
 namespace meshrt {
@@ -49,13 +51,19 @@ Communicator::Communicator(trace::CommInfo info, std::unique_ptr<Backend> backen
   info.backend = std::string(backend_->name());
   if (info.description.empty()) info.description = info.name;
   if (info.timeout_ms <= 0) info.timeout_ms = kDefaultOpTimeout.count();
+  info.backend_version = backend_->version();
   info_ = std::make_shared<const trace::CommInfo>(std::move(info));
+  sent_.assign(info_->global_ranks.size(), 0);
+  received_.assign(info_->global_ranks.size(), 0);
+  trace::FlightRecorder::instance().register_comm(info_);
+  Watchdog::instance().add(this);
   log().debug("communicator '{}' ({}): rank {} of {}, global ranks [{}]", info_->name,
               info_->backend, info_->rank, info_->global_ranks.size(),
               fmt::join(info_->global_ranks, ","));
 }
 
 Communicator::~Communicator() {
+  Watchdog::instance().remove(this);
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
@@ -99,6 +107,8 @@ WorkHandle Communicator::enqueue(Op op, OpOptions options, const std::source_loc
   }
   rec.input_count = op.input.count;
   rec.output_count = op.output.count;
+  rec.input_shape = dims_of(op.input);
+  rec.output_shape = dims_of(op.output);
   rec.bytes = message_bytes(op, size(), rank());
   rec.root_or_peer = op.root;
   rec.timeout_ms = op.timeout.count();
@@ -120,6 +130,8 @@ WorkHandle Communicator::enqueue(Op op, OpOptions options, const std::source_loc
     }
     rec.collective_seq = collective_seq_;
     rec.p2p_seq = p2p_seq_;
+    number_channels(op, rec);
+    rec.record_id = trace::next_record_id();
     rec.op_seq = ++op_seq_;
     op.op_seq = rec.op_seq;
     op.collective_seq = rec.collective_seq;
@@ -142,6 +154,48 @@ WorkHandle Communicator::enqueue(Op op, OpOptions options, const std::source_loc
   return work;
 }
 
+trace::Dims Communicator::dims_of(const BufferView& b) {
+  trace::Dims d;
+  if (b.shape.ndim() == 0) {
+    d.ndim = b.count > 0 ? 1 : 0;
+    d.size[0] = static_cast<int64_t>(b.count);
+    return d;
+  }
+  d.ndim = static_cast<uint8_t>(std::min(b.shape.ndim(), trace::Dims::kMax));
+  for (size_t i = 0; i < d.ndim; ++i) d.size[i] = b.shape[i];
+  return d;
+}
+
+void Communicator::number_channels(const Op& op, trace::OpRecord& rec) {
+  // Per-(peer, direction) counts let an analyzer pair each send with its recv in pipelines,
+  // where the group-wide p2p count differs from rank to rank.
+  auto next = [&](bool is_send, int peer) -> uint64_t {
+    auto& counts = is_send ? sent_ : received_;
+    return peer >= 0 && peer < static_cast<int>(counts.size()) ? ++counts[peer] : 0;
+  };
+  if (op.kind == OpKind::kSend || op.kind == OpKind::kRecv) {
+    rec.p2p_channel_seq = next(op.kind == OpKind::kSend, op.root);
+  } else if (op.kind == OpKind::kBatchP2P) {
+    rec.batch_size = static_cast<uint32_t>(op.p2p.size());
+    for (size_t i = 0; i < op.p2p.size(); ++i) {
+      const P2POp& p = op.p2p[i];
+      const bool is_send = p.dir == P2POp::Dir::kSend;
+      const uint64_t seq = next(is_send, p.peer);
+      if (i < rec.batch.size()) rec.batch[i] = {is_send, p.peer, p.buffer.count, seq};
+    }
+  }
+}
+
+std::optional<trace::OpRecord> Communicator::running_record() const {
+  WorkHandle running;
+  {
+    std::lock_guard lock(mu_);
+    running = running_;
+  }
+  if (!running) return std::nullopt;
+  return running->record();
+}
+
 void Communicator::post_job(std::function<void()> job) {
   {
     std::lock_guard lock(mu_);
@@ -162,6 +216,7 @@ void Communicator::worker_loop() {
       task = std::move(queue_.front());
       queue_.pop_front();
       busy_ = true;
+      running_ = task.work;
     }
     run_claimed(task);
   }
@@ -175,6 +230,7 @@ bool Communicator::try_run_inline(const Work& work) {
     task = std::move(queue_.front());
     queue_.pop_front();
     busy_ = true;
+    running_ = task.work;
   }
   run_claimed(task);
   return true;
@@ -185,6 +241,7 @@ void Communicator::run_claimed(Task& task) {
   {
     std::lock_guard lock(mu_);
     busy_ = false;
+    running_ = nullptr;
   }
   cv_.notify_all();
 }
@@ -213,14 +270,23 @@ void Communicator::run_task(Task& task) {
     work.mark_completed();
   } catch (const Error& e) {
     // Backends know the failure but not the op's identity: add it.
-    Error full(e.code(), context(), e.detail());
-    log().error("{}", full.what());
-    work.mark_failed(std::move(full));
+    fail(work, Error(e.code(), context(), e.detail()));
   } catch (const std::exception& e) {
-    Error full(ErrorCode::kBackend, context(), e.what());
-    log().error("{}", full.what());
-    work.mark_failed(std::move(full));
+    fail(work, Error(ErrorCode::kBackend, context(), e.what()));
   }
+}
+
+void Communicator::fail(Work& work, Error error) {
+  log().error("{}", error.what());
+  // The watchdog dumps (and under its abort policy exits) before anyone can see the error, so
+  // a program that ends on it still leaves its flight recorder behind. An abort is no failure
+  // of the job's own: whoever aborted has already reported why.
+  const bool report = error.code() != ErrorCode::kAborted;
+  const bool timed_out = error.code() == ErrorCode::kTimeout;
+  const std::string message = error.what();
+  work.record_failure(std::move(error));
+  if (report) Watchdog::instance().on_op_failed(*this, work, message, timed_out);
+  work.release();
 }
 
 WorkHandle Communicator::all_reduce(BufferView data, ReduceOp op, OpOptions options,

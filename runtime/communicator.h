@@ -8,10 +8,12 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <source_location>
 #include <span>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "runtime/backend.h"
 #include "runtime/work.h"
@@ -122,6 +124,8 @@ class Communicator {
 
   // Fails ops in flight and every later op with kAborted. Any thread may call it.
   void abort() noexcept;
+  // The record of the op executing now, if any (for the watchdog).
+  std::optional<trace::OpRecord> running_record() const;
 
  private:
   struct Task {
@@ -139,6 +143,11 @@ class Communicator {
   // Runs a task this thread took off the queue (busy_ set), then frees the queue.
   void run_claimed(Task& task);
   bool try_run_inline(const Work& work);
+  // Reports a failed op to the watchdog, then fails its work.
+  void fail(Work& work, Error error);
+  // Numbers the op's p2p channels (peer, direction) in `rec`. Call under mu_.
+  void number_channels(const Op& op, trace::OpRecord& rec);
+  static trace::Dims dims_of(const BufferView& b);
 
   std::shared_ptr<const trace::CommInfo> info_;
   std::unique_ptr<Backend> backend_;
@@ -154,6 +163,9 @@ class Communicator {
   uint64_t p2p_seq_ = 0;
   uint64_t op_seq_ = 0;
   uint64_t splits_ = 0;
+  WorkHandle running_;              // The op executing now, on the worker or inline.
+  std::vector<uint64_t> sent_;      // Sends so far to each group rank.
+  std::vector<uint64_t> received_;  // Receives so far from each group rank.
   std::thread worker_;              // Started by the first op: idle communicators cost no thread.
   std::shared_ptr<Runner> runner_;  // Shared with this communicator's works.
 };

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <numeric>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "runtime/error.h"
@@ -17,6 +18,7 @@
 #include "runtime/prefix_store.h"
 #include "runtime/tcp_store.h"
 #include "runtime/tcp_store_server.h"
+#include "runtime/watchdog.h"
 
 namespace meshrt {
 namespace {
@@ -82,10 +84,51 @@ bool is_loopback(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
 }
 
-// The world's resources that must outlive every communicator of the job.
+// The world's resources that must outlive every communicator of the job. Released last, so
+// their end is the rank's end of the job: the exit barrier described at init().
 struct WorldResources {
   std::unique_ptr<TcpStoreServer> server;
   std::shared_ptr<Store> store;
+  int rank = 0;
+  int world_size = 1;
+  std::chrono::milliseconds exit_timeout{0};
+
+  ~WorldResources() {
+    if (store) wait_for_all_ranks();
+    Watchdog::instance().clear_job_store(store.get());
+  }
+
+  void wait_for_all_ranks() noexcept {
+    if (world_size <= 1) return;
+    Watchdog& watchdog = Watchdog::instance();
+    try {
+      store->set("exit/rank" + std::to_string(rank), std::span<const char>("1", 1));
+      if (store->add("exit/arrived", 1) == world_size) {
+        store->set("exit/done", std::span<const char>("1", 1));
+        return;
+      }
+      const std::string done = "exit/done";
+      const auto deadline = std::chrono::steady_clock::now() + exit_timeout;
+      while (std::chrono::steady_clock::now() < deadline) {
+        if (watchdog.job_failed()) {
+          // Another rank failed: leave once this one's dump is written.
+          watchdog.wait_dumped(std::chrono::seconds(10));
+          return;
+        }
+        if (store->check(std::span<const std::string>(&done, 1))) return;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      std::vector<int> missing;
+      for (int r = 0; r < world_size; ++r) {
+        const std::string key = "exit/rank" + std::to_string(r);
+        if (!store->check(std::span<const std::string>(&key, 1))) missing.push_back(r);
+      }
+      log().warn("leaving after waiting {} ms for ranks [{}] to finish", exit_timeout.count(),
+                 fmt::join(missing, ", "));
+    } catch (const std::exception& e) {
+      log().warn("exit barrier: {}", e.what());
+    }
+  }
 };
 
 }  // namespace
@@ -143,6 +186,12 @@ InitOptions init_options_from_env() {
   } else if (auto tid = env("TORCHELASTIC_RUN_ID")) {
     o.run_id = *tid;
   }
+  if (auto a = env_int("MESHRT_RESTART_COUNT")) {
+    o.attempt = static_cast<int>(*a);
+  } else if (auto ta = env_int("TORCHELASTIC_RESTART_COUNT")) {
+    o.attempt = static_cast<int>(*ta);
+  }
+  if (auto t = env_int("MESHRT_EXIT_TIMEOUT_MS")) o.exit_timeout = std::chrono::milliseconds(*t);
   o.host_store = env("MESHRT_STORE_EXTERNAL").value_or("0") != "1";
   if (auto i = env("MESHRT_GLOO_IFNAME")) {
     o.gloo_iface = *i;
@@ -180,7 +229,12 @@ std::shared_ptr<Communicator> init(const InitOptions& o) {
   co.connect_timeout = o.init_timeout;
   co.timeout = o.init_timeout;
   auto client = std::make_shared<TcpStore>(co);
-  resources->store = std::make_shared<PrefixStore>("meshrt/" + o.run_id, client);
+  resources->store =
+      std::make_shared<PrefixStore>(fmt::format("meshrt/{}/{}", o.run_id, o.attempt), client);
+  resources->rank = o.rank;
+  resources->world_size = o.world_size;
+  resources->exit_timeout = o.exit_timeout;
+  Watchdog::instance().set_job_store(resources->store, o.run_id, o.world_size);
   log().info("joining run '{}' as rank {} of {} (from {}), store {}:{}", o.run_id, o.rank,
              o.world_size, o.source, host, port);
 

@@ -19,11 +19,14 @@ struct InitOptions {
   int local_world_size = -1;  // Ranks on this node; -1 when unknown.
   std::string master_addr;    // Host of the rendezvous store.
   uint16_t master_port = 0;
-  std::string run_id = "default";  // Namespaces the store keys of one job (attempt).
+  std::string run_id = "default";  // Namespaces the store keys of one job.
+  int attempt = 0;                 // Restart count: each attempt has its own store keys.
   bool host_store = true;          // Rank 0 hosts the store; false when a launcher does.
   std::string gloo_iface;          // Gloo's interface ("lo"); empty: derived from master_addr.
   std::chrono::milliseconds timeout = kDefaultOpTimeout;            // Default op timeout.
   std::chrono::milliseconds init_timeout{std::chrono::minutes(5)};  // Rendezvous deadline.
+  // How long the world's end waits for every rank to reach it (see init()).
+  std::chrono::milliseconds exit_timeout{std::chrono::seconds(30)};
   std::string source = "explicit";  // Where the values came from: torchrun, openmpi, slurm.
 };
 
@@ -31,6 +34,7 @@ struct InitOptions {
 // OpenMPI's OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE}; Slurm's SLURM_PROCID, SLURM_NTASKS,
 // SLURM_LOCALID. Then MASTER_ADDR and MASTER_PORT (Slurm: SLURM_LAUNCH_NODE_IPADDR as address;
 // OpenMPI and Slurm: port 29500 by default), MESHRT_RUN_ID (or TORCHELASTIC_RUN_ID),
+// MESHRT_RESTART_COUNT (or TORCHELASTIC_RESTART_COUNT), MESHRT_EXIT_TIMEOUT_MS,
 // MESHRT_STORE_EXTERNAL=1 (a launcher hosts the store), MESHRT_GLOO_IFNAME (or
 // GLOO_SOCKET_IFNAME), MESHRT_TIMEOUT_MS and MESHRT_INIT_TIMEOUT_MS. A missing or inconsistent
 // value throws Error(kInvalidArgument) listing what was found and what is needed.
@@ -39,6 +43,9 @@ InitOptions init_options_from_env();
 // Joins the job over Gloo and returns the world communicator ("world", description
 // "default_pg"). Rank 0 hosts the store unless options.host_store is false. Collective over
 // all ranks; throws Error(kTimeout) if they do not all arrive within options.init_timeout.
+// When the world and everything split from it are released, the rank waits (up to
+// options.exit_timeout) until every rank got there or the job failed: the store stays up for
+// the last ones, and a finished rank is still there to dump when another one hangs.
 std::shared_ptr<Communicator> init(const InitOptions& options);
 
 // init(init_options_from_env()).

@@ -14,6 +14,7 @@
 #include "runtime/error.h"
 #include "runtime/init.h"
 #include "runtime/logging.h"
+#include "runtime/watchdog.h"
 
 namespace meshrt {
 namespace {
@@ -423,6 +424,8 @@ std::vector<std::shared_ptr<Communicator>> make_inproc_world(int world_size,
   if (world_size < 1) {
     throw Error(ErrorCode::kInvalidArgument, {}, fmt::format("world size {} < 1", world_size));
   }
+  // Exiting on a timeout would end every simulated rank with the host program: fail the op.
+  Watchdog::instance().set_default_policy(TimeoutPolicy::kThrow);
   std::vector<int> ranks(world_size);
   for (int r = 0; r < world_size; ++r) ranks[r] = r;
   auto group = std::make_shared<Group>(ranks);

@@ -69,13 +69,22 @@ void Work::mark_completed() {
 }
 
 void Work::mark_failed(Error error) {
+  record_failure(std::move(error));
+  release();
+}
+
+void Work::record_failure(Error error) {
   {
     std::lock_guard lock(mu_);
     record_.end_ns = trace::steady_now_ns();
     record_.state = trace::OpState::kFailed;
+    record_.error = error.what();
     error_ = std::move(error);
   }
   trace::emit_end(record_);
+}
+
+void Work::release() {
   {
     std::lock_guard lock(mu_);
     done_ = true;

@@ -50,6 +50,10 @@ class Work {
   void mark_started();
   void mark_completed();
   void mark_failed(Error error);
+  // mark_failed in two steps, so that the watchdog can dump the failure before any waiter sees
+  // it: record (state, error, trace event), then release the waiters.
+  void record_failure(Error error);
+  void release();
 
  private:
   mutable std::mutex mu_;

@@ -36,8 +36,9 @@ INSTANTIATE_TEST_SUITE_P(Sizes, GlooWorld, ::testing::Values(2, 3, 4));
 
 TEST(Gloo, PeerKilledMidJobFailsTheOthersWithinTheTimeout) {
   const auto start = std::chrono::steady_clock::now();
-  const auto results = run_ranks({MESHRT_GLOO_WORKER, "peer_dies"}, 3, std::chrono::seconds(30),
-                                 {{"MESHRT_INIT_TIMEOUT_MS", "20000"}});
+  const auto results =
+      run_ranks({MESHRT_GLOO_WORKER, "peer_dies"}, 3, std::chrono::seconds(30),
+                {{"MESHRT_INIT_TIMEOUT_MS", "20000"}, {"MESHRT_ON_TIMEOUT", "throw"}});
   const auto elapsed = std::chrono::steady_clock::now() - start;
   EXPECT_EQ(results[2].exit_code, 9) << describe(results);
   for (int r = 0; r < 2; ++r) {
@@ -52,7 +53,7 @@ TEST(Gloo, PeerKilledMidJobFailsTheOthersWithinTheTimeout) {
 
 TEST(Gloo, SizeMismatchesFailTheReceiverAndKillNobody) {
   const auto results = run_ranks({MESHRT_GLOO_WORKER, "size_mismatch"}, 2, std::chrono::seconds(60),
-                                 {{"MESHRT_TIMEOUT_MS", "20000"}});
+                                 {{"MESHRT_TIMEOUT_MS", "20000"}, {"MESHRT_ON_TIMEOUT", "throw"}});
   ASSERT_EQ(results[0].exit_code, 0) << describe(results);
   ASSERT_EQ(results[1].exit_code, 0) << describe(results);
   EXPECT_NE(results[0].output.find("failures=0 sum=2"), std::string::npos) << describe(results);

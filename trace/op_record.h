@@ -1,9 +1,11 @@
 // The record of one communication op as the tracing layer sees it. Filled by the runtime from the
-// op's description; read by sinks (comm logger, flight recorder, exporters). It owns no heap
-// memory of its own: names are static strings, the communicator's identity is shared.
+// op's description; read by sinks (comm logger, flight recorder, exporters). It allocates nothing
+// while the op succeeds: names are static strings, shapes inline, the communicator's identity
+// shared; only a failure's message is a string of its own.
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -14,6 +16,14 @@
 
 namespace meshrt::trace {
 
+// Progress of one communicator, updated by the flight recorder: the last collective sequence
+// number enqueued, started and completed (-1 for none), as PyTorch's pg_status reports them.
+struct CommProgress {
+  std::atomic<int64_t> last_enqueued_collective{-1};
+  std::atomic<int64_t> last_started_collective{-1};
+  std::atomic<int64_t> last_completed_collective{-1};
+};
+
 // Identity of a communicator, shared by all of its records.
 struct CommInfo {
   uint64_t uid = 0;               // Process-unique creation counter (0 = first created).
@@ -22,10 +32,27 @@ struct CommInfo {
   std::string description;        // e.g. "default_pg" or "mesh_tp".
   std::string mesh_dim;           // The mesh dim it serves ("tp", "dp_tp"); empty for none.
   std::string backend;            // "gloo", "inproc", ...
+  std::string backend_version;    // The backend library's version.
   std::vector<int> global_ranks;  // Group rank i is global rank global_ranks[i].
   int rank = -1;                  // This process's rank in the group.
   int global_rank = -1;           // This process's global rank.
   int64_t timeout_ms = 0;         // Default op timeout.
+  std::shared_ptr<CommProgress> progress = std::make_shared<CommProgress>();
+};
+
+// A buffer's shape, inline (no allocation). A buffer given without a shape is 1-D.
+struct Dims {
+  static constexpr size_t kMax = 8;
+  std::array<int64_t, kMax> size{};
+  uint8_t ndim = 0;
+};
+
+// One send or receive of a batch_isend_irecv.
+struct P2PMember {
+  bool is_send = true;
+  int peer = -1;             // Group rank.
+  uint64_t count = 0;        // Elements.
+  uint64_t channel_seq = 0;  // n-th op on the channel (this rank, peer) in its direction.
 };
 
 // Life-cycle state of a recorded op.
@@ -37,6 +64,10 @@ std::string_view op_state_name(OpState state);
 // One op. Times are nanoseconds on the steady clock (comparable within a process), except
 // created_wall_ns (system clock, comparable across hosts within clock skew).
 struct OpRecord {
+  // The most batch members a record lists; batch_size counts them all.
+  static constexpr size_t kMaxBatchMembers = 8;
+
+  uint64_t record_id = 0;  // Process-wide, rising across all communicators (first = 1).
   std::shared_ptr<const CommInfo> comm;
   std::string_view op;          // "all_reduce", "send", ...: static storage.
   std::string_view dtype;       // "f32", ...: static storage; empty for barrier.
@@ -47,8 +78,13 @@ struct OpRecord {
   bool is_p2p = false;
   uint64_t input_count = 0;   // Elements.
   uint64_t output_count = 0;  // Elements.
-  uint64_t bytes = 0;         // Message size S as nccl-tests defines it.
-  int root_or_peer = -1;      // Group rank of the root or peer; -1 when none.
+  Dims input_shape;
+  Dims output_shape;
+  uint64_t bytes = 0;            // Message size S as nccl-tests defines it.
+  int root_or_peer = -1;         // Group rank of the root or peer; -1 when none.
+  uint64_t p2p_channel_seq = 0;  // send/recv: n-th op on channel (this rank, peer), 0 otherwise.
+  std::array<P2PMember, kMaxBatchMembers> batch{};  // batch_p2p: its first members.
+  uint32_t batch_size = 0;                          // batch_p2p: number of members.
   int64_t timeout_ms = 0;
   int64_t created_wall_ns = 0;
   int64_t enqueue_ns = 0;
@@ -59,6 +95,7 @@ struct OpRecord {
   uint64_t thread_id = 0;            // The enqueuing thread (a hash of its std::thread::id).
   const char* caller_file = "";      // Where the op was called (static storage).
   uint32_t caller_line = 0;
+  std::string error;  // The failure's message once state is kFailed; empty otherwise.
 };
 
 }  // namespace meshrt::trace

@@ -1,6 +1,8 @@
 #include "trace/tracer.h"
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <mutex>
@@ -9,30 +11,33 @@
 namespace meshrt::trace {
 namespace {
 
-// Sinks change rarely and events are frequent: readers take a snapshot of an immutable list.
+// Sinks change rarely and events are frequent, so delivery takes no lock: a fixed table of
+// slots read with acquire loads. A removed sink is kept alive (never freed) because a delivery
+// that loaded it may still be running; sinks are few, so that costs nothing that matters.
+constexpr size_t kMaxSinks = 32;
+
 struct Registry {
-  std::mutex mu;
-  std::shared_ptr<const std::vector<std::shared_ptr<Sink>>> sinks =
-      std::make_shared<const std::vector<std::shared_ptr<Sink>>>();
-  std::atomic<bool> any{false};
+  std::mutex mu;  // Serialises add/remove only.
+  std::array<std::atomic<Sink*>, kMaxSinks> slots{};
+  std::atomic<size_t> used{0};  // Slots [0, used) may hold a sink.
+  std::vector<std::shared_ptr<Sink>> owned;
   std::atomic<uint64_t> failures{0};
+  std::atomic<uint64_t> next_record_id{1};
 };
 
 Registry& registry() {
-  static Registry r;
-  return r;
+  // Leaked: worker threads may still emit while static destructors run at exit.
+  static Registry* r = new Registry;
+  return *r;
 }
 
 template <typename F>
 void deliver(F&& f) noexcept {
   Registry& r = registry();
-  if (!r.any.load(std::memory_order_acquire)) return;
-  std::shared_ptr<const std::vector<std::shared_ptr<Sink>>> sinks;
-  {
-    std::lock_guard lock(r.mu);
-    sinks = r.sinks;
-  }
-  for (const auto& sink : *sinks) {
+  const size_t used = r.used.load(std::memory_order_acquire);
+  for (size_t i = 0; i < used; ++i) {
+    Sink* sink = r.slots[i].load(std::memory_order_acquire);
+    if (sink == nullptr) continue;
     try {
       f(*sink);
     } catch (...) {
@@ -63,19 +68,29 @@ std::string_view op_state_name(OpState state) {
 void add_sink(std::shared_ptr<Sink> sink) {
   Registry& r = registry();
   std::lock_guard lock(r.mu);
-  auto next = std::make_shared<std::vector<std::shared_ptr<Sink>>>(*r.sinks);
-  next->push_back(std::move(sink));
-  r.sinks = std::move(next);
-  r.any.store(true, std::memory_order_release);
+  const size_t used = r.used.load(std::memory_order_relaxed);
+  size_t slot = 0;
+  while (slot < used && r.slots[slot].load(std::memory_order_relaxed) != nullptr) ++slot;
+  if (slot == kMaxSinks) {
+    std::fprintf(stderr, "meshrt: more than %zu trace sinks; this one is ignored\n", kMaxSinks);
+    return;
+  }
+  r.slots[slot].store(sink.get(), std::memory_order_release);
+  if (slot == used) r.used.store(used + 1, std::memory_order_release);
+  r.owned.push_back(std::move(sink));
 }
 
 void remove_sink(const Sink* sink) {
   Registry& r = registry();
   std::lock_guard lock(r.mu);
-  auto next = std::make_shared<std::vector<std::shared_ptr<Sink>>>(*r.sinks);
-  std::erase_if(*next, [sink](const auto& s) { return s.get() == sink; });
-  r.any.store(!next->empty(), std::memory_order_release);
-  r.sinks = std::move(next);
+  for (auto& slot : r.slots) {
+    if (slot.load(std::memory_order_relaxed) == sink)
+      slot.store(nullptr, std::memory_order_release);
+  }
+}
+
+uint64_t next_record_id() {
+  return registry().next_record_id.fetch_add(1, std::memory_order_relaxed);
 }
 
 void emit_enqueue(const OpRecord& record) noexcept {

@@ -23,8 +23,11 @@ class Sink {
 
 // Registers `sink` for every op of this process until remove_sink.
 void add_sink(std::shared_ptr<Sink> sink);
-// Unregisters `sink`; events already being delivered may still reach it.
+// Unregisters `sink`; events already being delivered may still reach it. Delivery takes no lock.
 void remove_sink(const Sink* sink);
+
+// A new process-wide record id (first = 1), for OpRecord::record_id.
+uint64_t next_record_id();
 
 // Event delivery, called by the runtime. noexcept: a throwing sink is counted and logged once.
 void emit_enqueue(const OpRecord& record) noexcept;

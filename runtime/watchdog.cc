@@ -1,0 +1,374 @@
+#include "runtime/watchdog.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <thread>
+
+#include "runtime/communicator.h"
+#include "runtime/logging.h"
+#include "runtime/work.h"
+#include "trace/tracer.h"
+
+namespace meshrt {
+namespace {
+
+constexpr const char* kDumpSignalKey = "fr/dump_signal";
+constexpr const char* kDumpsWrittenKey = "fr/dumps_written";
+
+std::atomic<bool> dump_requested_by_signal{false};
+
+extern "C" void on_sigusr1(int) { dump_requested_by_signal.store(true); }
+
+const char* first_env(std::initializer_list<const char*> names) {
+  for (const char* n : names) {
+    if (const char* v = std::getenv(n); v != nullptr && *v != '\0') return v;
+  }
+  return nullptr;
+}
+
+std::optional<int64_t> env_int(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  char* end = nullptr;
+  const long long n = std::strtoll(v, &end, 10);
+  if (*end != '\0' || n < 0) {
+    log().warn("ignoring {}={}: not a non-negative integer", name, v);
+    return std::nullopt;
+  }
+  return n;
+}
+
+std::string_view policy_name(TimeoutPolicy p) {
+  switch (p) {
+    case TimeoutPolicy::kAbort:
+      return "abort";
+    case TimeoutPolicy::kThrow:
+      return "throw";
+    case TimeoutPolicy::kContinue:
+      return "continue";
+  }
+  return "abort";
+}
+
+std::string sizes_text(const trace::OpRecord& r) {
+  return fmt::format("in {} x {}, out {} x {}", r.input_count, r.dtype, r.output_count, r.dtype);
+}
+
+}  // namespace
+
+WatchdogOptions watchdog_options_from_env() {
+  WatchdogOptions o;
+  if (const char* v = std::getenv("MESHRT_ON_TIMEOUT"); v != nullptr && *v != '\0') {
+    const std::string_view s(v);
+    if (s == "abort") {
+      o.policy = TimeoutPolicy::kAbort;
+    } else if (s == "throw") {
+      o.policy = TimeoutPolicy::kThrow;
+    } else if (s == "continue") {
+      o.policy = TimeoutPolicy::kContinue;
+    } else {
+      log().warn("ignoring MESHRT_ON_TIMEOUT={}: expected abort, throw or continue", s);
+    }
+  }
+  if (auto ms = env_int("MESHRT_WATCHDOG_POLL_MS"); ms && *ms > 0)
+    o.poll = std::chrono::milliseconds(*ms);
+  if (auto ms = env_int("MESHRT_DUMP_SIGNAL_POLL_MS"); ms && *ms > 0) {
+    o.signal_poll = std::chrono::milliseconds(*ms);
+  }
+  if (auto ms = env_int("MESHRT_DUMP_WAIT_MS")) o.dump_wait = std::chrono::milliseconds(*ms);
+  if (auto ms = env_int("MESHRT_HEARTBEAT_TIMEOUT_MS"); ms && *ms > 0) {
+    o.heartbeat_timeout = std::chrono::milliseconds(*ms);
+  }
+  if (const char* v = first_env({"MESHRT_DUMP_PIPE", "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"})) {
+    o.pipe_stem = v;
+  }
+  return o;
+}
+
+Watchdog& Watchdog::instance() {
+  // Leaked, with detached threads: it must outlive every communicator, static ones included.
+  static Watchdog* w = new Watchdog;
+  return *w;
+}
+
+Watchdog::Watchdog() : options_(watchdog_options_from_env()) {}
+
+void Watchdog::add(Communicator* comm) {
+  std::lock_guard lock(mu_);
+  comms_.push_back(comm);
+  if (!started_) {
+    started_ = true;
+    start_threads();
+  }
+}
+
+void Watchdog::remove(Communicator* comm) {
+  std::lock_guard lock(mu_);
+  std::erase(comms_, comm);
+}
+
+void Watchdog::set_job_store(std::shared_ptr<Store> store, std::string run_id, int world_size) {
+  trace::FlightRecorder::instance().set_job_info({std::move(run_id), world_size});
+  std::lock_guard lock(mu_);
+  store_ = std::move(store);
+  world_size_ = world_size;
+}
+
+void Watchdog::clear_job_store(const Store* store) {
+  std::lock_guard lock(mu_);
+  if (store_.get() == store) store_ = nullptr;
+}
+
+void Watchdog::set_default_policy(TimeoutPolicy policy) {
+  std::lock_guard lock(mu_);
+  default_policy_ = policy;
+}
+
+TimeoutPolicy Watchdog::policy() const {
+  std::lock_guard lock(mu_);
+  return options_.policy.value_or(default_policy_);
+}
+
+void Watchdog::start_threads() {
+  // SIGUSR1 asks for a dump unless the program handles it itself. The handler only sets a flag:
+  // the dump runs on the watchdog thread, where allocating and writing files is safe.
+  struct sigaction old {};
+  if (::sigaction(SIGUSR1, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) {
+    struct sigaction sa {};
+    sa.sa_handler = on_sigusr1;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    ::sigaction(SIGUSR1, &sa, nullptr);
+  }
+  std::thread([this] { loop(); }).detach();
+  std::thread([this] { monitor_loop(); }).detach();
+}
+
+void Watchdog::loop() {
+  auto next_signal_poll = std::chrono::steady_clock::now();
+  for (;;) {
+    std::this_thread::sleep_for(options_.poll);
+    heartbeat_.fetch_add(1, std::memory_order_relaxed);
+    if (dump_requested_by_signal.exchange(false)) dump_once(trace::DumpReason::kSignal, nullptr);
+    poll_pipe();
+    scan_timeouts();
+    if (std::chrono::steady_clock::now() >= next_signal_poll) {
+      poll_remote_signal();
+      next_signal_poll = std::chrono::steady_clock::now() + options_.signal_poll;
+    }
+  }
+}
+
+void Watchdog::monitor_loop() {
+  uint64_t last = heartbeat_.load();
+  auto last_change = std::chrono::steady_clock::now();
+  for (;;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    const uint64_t now_beat = heartbeat_.load();
+    const auto now = std::chrono::steady_clock::now();
+    if (now_beat != last) {
+      last = now_beat;
+      last_change = now;
+      continue;
+    }
+    if (now - last_change < options_.heartbeat_timeout) continue;
+    log().critical(
+        "the watchdog has not made progress for {} ms (stuck in a backend or store "
+        "call); dumping the flight recorder and exiting",
+        options_.heartbeat_timeout.count());
+    trace::FlightRecorder::instance().dump(trace::DumpReason::kHeartbeat);
+    log().flush();
+    ::_exit(kWatchdogExitCode);
+  }
+}
+
+void Watchdog::scan_timeouts() {
+  // Backends bound their own ops by the timeout; this catches one that does not, a second late.
+  constexpr int64_t kGraceNs = 1'000'000'000;
+  std::vector<std::pair<const Communicator*, trace::OpRecord>> late;
+  {
+    std::lock_guard lock(mu_);
+    const int64_t now = trace::steady_now_ns();
+    for (const Communicator* c : comms_) {
+      auto rec = c->running_record();
+      if (rec && rec->start_ns != 0 &&
+          now - rec->start_ns > rec->timeout_ms * 1'000'000 + kGraceNs) {
+        late.emplace_back(c, std::move(*rec));
+      }
+    }
+  }
+  for (auto& [comm, rec] : late) {
+    const int64_t ran_ms = (trace::steady_now_ns() - rec.start_ns) / 1'000'000;
+    trace::DumpTrigger t{
+        comm->global_rank(), comm->name(), rec.is_p2p ? rec.p2p_seq : rec.collective_seq,
+        std::string(rec.op),
+        fmt::format("ran for {} ms, timeout {} ms ({})", ran_ms, rec.timeout_ms, sizes_text(rec))};
+    fire(trace::DumpReason::kTimeout, t);
+    // Fail the waiters now rather than when the backend gives up.
+    if (policy() == TimeoutPolicy::kThrow) {
+      std::lock_guard lock(mu_);
+      if (std::find(comms_.begin(), comms_.end(), comm) != comms_.end()) {
+        const_cast<Communicator*>(comm)->abort();
+      }
+    }
+  }
+}
+
+void Watchdog::poll_remote_signal() {
+  std::shared_ptr<Store> store;
+  {
+    std::lock_guard lock(mu_);
+    store = store_;
+  }
+  if (!store || dumped_.load()) return;
+  try {
+    const std::string key = kDumpSignalKey;
+    if (!store->check(std::span<const std::string>(&key, 1))) return;
+    const auto value = store->get(key, std::chrono::milliseconds(1000));
+    const std::string from(value.begin(), value.end());
+    log().error("rank {} signalled a flight recorder dump; dumping", from);
+    job_failed_.store(true);
+    trace::DumpTrigger t;
+    t.rank = std::atoi(from.c_str());
+    t.detail = "dump signalled by rank " + from;
+    dump_once(trace::DumpReason::kRemote, &t);
+  } catch (const std::exception& e) {
+    log().debug("dump signal poll failed: {}", e.what());
+  }
+}
+
+void Watchdog::poll_pipe() {
+  if (options_.pipe_stem.empty()) return;
+  if (pipe_fd_ < 0) {
+    const auto ranks = trace::FlightRecorder::instance().local_ranks();
+    if (ranks.empty()) return;
+    const std::string path = options_.pipe_stem + std::to_string(ranks.front()) + ".pipe";
+    if (::mkfifo(path.c_str(), 0600) != 0 && errno != EEXIST) {
+      log().warn("cannot create dump pipe {}: {}", path, std::strerror(errno));
+      options_.pipe_stem.clear();
+      return;
+    }
+    // Read-write keeps the FIFO open between writers, so reads never see end-of-file.
+    pipe_fd_ = ::open(path.c_str(), O_RDWR | O_NONBLOCK);
+    if (pipe_fd_ < 0) return;
+    log().info("write to {} to dump the flight recorder", path);
+  }
+  char buf[64];
+  bool asked = false;
+  while (::read(pipe_fd_, buf, sizeof(buf)) > 0) asked = true;
+  if (asked) {
+    const auto paths = trace::FlightRecorder::instance().dump(trace::DumpReason::kPipe);
+    log().info("flight recorder dumped on request to {}", fmt::join(paths, ", "));
+  }
+}
+
+void Watchdog::dump_once(trace::DumpReason reason, const trace::DumpTrigger* trigger) {
+  auto& fr = trace::FlightRecorder::instance();
+  const auto paths = fr.dump(reason, trigger);
+  if (!paths.empty()) {
+    log().error("flight recorder dumped to {}", fmt::join(paths, ", "));
+  } else if (!fr.enabled()) {
+    log().error("flight recorder is off (MESHRT_TRACE_BUFFER_SIZE=0): no dump");
+  }
+  if (reason == trace::DumpReason::kSignal || reason == trace::DumpReason::kPipe) return;
+  std::shared_ptr<Store> store;
+  {
+    std::lock_guard lock(mu_);
+    store = store_;
+  }
+  if (store && !paths.empty()) {
+    try {
+      store->add(kDumpsWrittenKey, static_cast<int64_t>(paths.size()));
+    } catch (const std::exception& e) {
+      log().warn("cannot count the dump in the store: {}", e.what());
+    }
+  }
+  {
+    std::lock_guard lock(mu_);
+    dumped_.store(true);
+  }
+  dumped_cv_.notify_all();
+}
+
+void Watchdog::wait_for_all_dumps() {
+  // Whoever hosts the store must not take it down before every rank's dump is counted, and
+  // nobody should be killed by a launcher before it has dumped: wait for the count, bounded.
+  std::shared_ptr<Store> store;
+  int world_size = 0;
+  {
+    std::lock_guard lock(mu_);
+    store = store_;
+    world_size = world_size_;
+  }
+  if (!store || world_size <= 1) return;
+  const auto deadline = std::chrono::steady_clock::now() + options_.dump_wait;
+  try {
+    while (store->add(kDumpsWrittenKey, 0) < world_size) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        log().warn("not every rank counted its dump within {} ms", options_.dump_wait.count());
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  } catch (const std::exception& e) {
+    log().warn("cannot count the other ranks' dumps: {}", e.what());
+  }
+}
+
+bool Watchdog::wait_dumped(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  return dumped_cv_.wait_for(lock, timeout, [this] { return dumped_.load(); });
+}
+
+void Watchdog::fire(trace::DumpReason reason, const trace::DumpTrigger& trigger) {
+  std::lock_guard serial(fire_mu_);
+  if (fired_.exchange(true)) return;
+  job_failed_.store(true);
+  log().error("watchdog: rank {}, comm '{}', {} #{}: {}", trigger.rank, trigger.group, trigger.op,
+              trigger.seq, trigger.detail);
+  std::shared_ptr<Store> store;
+  {
+    std::lock_guard lock(mu_);
+    store = store_;
+  }
+  if (store) {
+    try {
+      // The first rank to fire names itself; later ones leave its value.
+      const std::string rank = std::to_string(trigger.rank);
+      store->compare_set(kDumpSignalKey, {}, std::span<const char>(rank.data(), rank.size()));
+    } catch (const std::exception& e) {
+      log().warn("cannot signal the other ranks to dump: {}", e.what());
+    }
+  }
+  if (!dumped_.load()) dump_once(reason, &trigger);
+}
+
+void Watchdog::on_op_failed(const Communicator& comm, const Work& work, const std::string& error,
+                            bool timed_out) noexcept {
+  try {
+    const trace::OpRecord rec = work.record();
+    trace::DumpTrigger t{comm.global_rank(), comm.name(),
+                         rec.is_p2p ? rec.p2p_seq : rec.collective_seq, std::string(rec.op), error};
+    fire(timed_out ? trace::DumpReason::kTimeout : trace::DumpReason::kFailure, t);
+    const TimeoutPolicy p = policy();
+    if (p != TimeoutPolicy::kAbort) return;
+    log().critical("watchdog policy '{}': aborting the communicators and exiting with status {}",
+                   policy_name(p), kWatchdogExitCode);
+    wait_for_all_dumps();
+    {
+      std::lock_guard lock(mu_);
+      for (Communicator* c : comms_) c->abort();
+    }
+    log().flush();
+    std::fflush(nullptr);
+    ::_exit(kWatchdogExitCode);
+  } catch (const std::exception& e) {
+    log().error("watchdog failed handling an op failure: {}", e.what());
+  }
+}
+
+}  // namespace meshrt

@@ -1,0 +1,106 @@
+// The watchdog: one thread per process that watches every communicator of every backend. When an
+// op fails or runs past its timeout it logs the op, dumps the flight recorder, tells every other
+// rank to dump (through the store) and applies the timeout policy. It also serves on-demand dumps
+// (SIGUSR1, a FIFO) and remote dump signals; a heartbeat monitor catches a stuck watchdog.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/store.h"
+#include "trace/flight_recorder.h"
+
+namespace meshrt {
+
+class Communicator;
+class Work;
+
+// What the watchdog does once the dumps are written.
+enum class TimeoutPolicy {
+  kAbort,     // Abort the communicators and exit with kWatchdogExitCode.
+  kThrow,     // Fail the op: Work::wait throws; the job goes on.
+  kContinue,  // Log and dump only.
+};
+
+// Exit status of a process the watchdog ended (sysexits' EX_SOFTWARE).
+inline constexpr int kWatchdogExitCode = 70;
+
+// Watchdog settings.
+struct WatchdogOptions {
+  // MESHRT_ON_TIMEOUT (abort | throw | continue); unset: abort for init() jobs, throw for
+  // in-process worlds, where exiting would end every simulated rank's host program.
+  std::optional<TimeoutPolicy> policy;
+  std::chrono::milliseconds poll{100};                  // MESHRT_WATCHDOG_POLL_MS
+  std::chrono::milliseconds signal_poll{500};           // MESHRT_DUMP_SIGNAL_POLL_MS
+  std::chrono::milliseconds heartbeat_timeout{480000};  // MESHRT_HEARTBEAT_TIMEOUT_MS
+  // MESHRT_DUMP_WAIT_MS: under kAbort, how long to wait for every rank's dump before exiting.
+  std::chrono::milliseconds dump_wait{10000};
+  std::string pipe_stem;  // MESHRT_DUMP_PIPE (alias TORCH_NCCL_DEBUG_INFO_PIPE_FILE).
+};
+
+// Reads the variables named in WatchdogOptions.
+WatchdogOptions watchdog_options_from_env();
+
+// The process's watchdog; its threads start with the first communicator.
+class Watchdog {
+ public:
+  static Watchdog& instance();
+
+  // Called by Communicator's constructor and destructor.
+  void add(Communicator* comm);
+  void remove(Communicator* comm);
+  // The job's store (for dump signals), run id and world size, for dumps; init() sets them.
+  void set_job_store(std::shared_ptr<Store> store, std::string run_id, int world_size);
+  // Forgets the job store if it is `store` (the world that set it is gone).
+  void clear_job_store(const Store* store);
+  // The policy when MESHRT_ON_TIMEOUT is unset (in-process worlds set kThrow).
+  void set_default_policy(TimeoutPolicy policy);
+  TimeoutPolicy policy() const;
+
+  // Called on the worker before a failed op is marked failed: dumps, signals and, under kAbort,
+  // exits. Returns only when the job goes on.
+  void on_op_failed(const Communicator& comm, const Work& work, const std::string& error,
+                    bool timed_out) noexcept;
+  // Whether a dump signal (own or remote) has been handled in this process.
+  bool dumped() const { return dumped_.load(); }
+  // Blocks until this process has dumped for a dump signal, or `timeout` passes.
+  bool wait_dumped(std::chrono::milliseconds timeout);
+  // True once this process saw the job fail (its own watchdog fired or another rank's signal).
+  bool job_failed() const { return job_failed_.load(); }
+
+ private:
+  Watchdog();
+  void start_threads();
+  void loop();
+  void monitor_loop();
+  void scan_timeouts();
+  void poll_remote_signal();
+  void poll_pipe();
+  void fire(trace::DumpReason reason, const trace::DumpTrigger& trigger);
+  void dump_once(trace::DumpReason reason, const trace::DumpTrigger* trigger);
+  void wait_for_all_dumps();
+
+  WatchdogOptions options_;
+  mutable std::mutex mu_;
+  std::vector<Communicator*> comms_;
+  std::shared_ptr<Store> store_;
+  int world_size_ = 0;
+  TimeoutPolicy default_policy_ = TimeoutPolicy::kAbort;
+  bool started_ = false;
+
+  std::mutex fire_mu_;  // Serialises fire(): the first caller dumps, later ones wait for it.
+  std::atomic<bool> fired_{false};
+  std::atomic<bool> dumped_{false};
+  std::atomic<bool> job_failed_{false};
+  std::condition_variable dumped_cv_;
+  std::atomic<uint64_t> heartbeat_{0};
+  int pipe_fd_ = -1;
+};
+
+}  // namespace meshrt

@@ -1,0 +1,447 @@
+#include "trace/flight_recorder.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "meshrt_config.h"
+#include "trace/atomic_file.h"
+#include "trace/pickle_writer.h"
+
+namespace meshrt::trace {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// The meshrt extension of PyTorch's schema; bumped on any change to the dump's keys.
+constexpr int kMeshrtDumpVersion = 1;
+constexpr const char* kSchemaVersion = "2.10";
+
+const char* first_env(std::initializer_list<const char*> names) {
+  for (const char* n : names) {
+    if (const char* v = std::getenv(n); v != nullptr && *v != '\0') return v;
+  }
+  return nullptr;
+}
+
+// PyTorch ScalarType names, which its analyzer compares.
+std::string_view torch_dtype(std::string_view dtype) {
+  if (dtype == "f32") return "Float";
+  if (dtype == "f64") return "Double";
+  if (dtype == "f16") return "Half";
+  if (dtype == "bf16") return "BFloat16";
+  if (dtype == "i32") return "Int";
+  if (dtype == "i64") return "Long";
+  if (dtype == "u8") return "Byte";
+  if (dtype == "i8") return "Char";
+  return dtype;
+}
+
+Json dims_json(const Dims& d) {
+  Json a = Json::array();
+  for (size_t i = 0; i < d.ndim; ++i) a.push_back(d.size[i]);
+  return a;
+}
+
+int global_of(const CommInfo& c, int group_rank) {
+  return group_rank >= 0 && group_rank < static_cast<int>(c.global_ranks.size())
+             ? c.global_ranks[group_rank]
+             : -1;
+}
+
+std::string ranks_text(const std::vector<int>& ranks) {
+  return fmt::format("[{}]", fmt::join(ranks, ", "));
+}
+
+class FileWriter : public DumpWriter {
+ public:
+  explicit FileWriter(std::string prefix) : prefix_(std::move(prefix)) {}
+  std::optional<std::string> write(int rank, const std::string& bytes) override {
+    const std::string path = prefix_ + std::to_string(rank);
+    std::error_code ignored;  // A missing directory is the write's failure to report.
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ignored);
+    if (!write_file_atomically(path, bytes)) return std::nullopt;
+    return path;
+  }
+
+ private:
+  std::string prefix_;
+};
+
+}  // namespace
+
+std::string_view dump_reason_name(DumpReason reason) {
+  switch (reason) {
+    case DumpReason::kTimeout:
+      return "timeout";
+    case DumpReason::kFailure:
+      return "failure";
+    case DumpReason::kRemote:
+      return "remote";
+    case DumpReason::kSignal:
+      return "signal";
+    case DumpReason::kPipe:
+      return "pipe";
+    case DumpReason::kApi:
+      return "api";
+    case DumpReason::kHeartbeat:
+      return "heartbeat";
+  }
+  return "unknown";
+}
+
+FlightRecorderOptions flight_recorder_options_from_env() {
+  FlightRecorderOptions o;
+  if (const char* v = first_env(
+          {"MESHRT_TRACE_BUFFER_SIZE", "TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"})) {
+    char* end = nullptr;
+    const long long n = std::strtoll(v, &end, 10);
+    if (end != v && *end == '\0' && n >= 0) o.capacity = static_cast<size_t>(n);
+  }
+  if (const char* v = first_env(
+          {"MESHRT_DUMP_PREFIX", "TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"})) {
+    o.dump_prefix = v;
+  }
+  if (const char* v = std::getenv("MESHRT_DUMP_FORMAT"); v && std::string_view(v) == "pickle") {
+    o.format = DumpFormat::kPickle;
+  }
+  return o;
+}
+
+// A slot is written by the enqueuing thread and then by the worker, and read by dumps: a spin
+// lock per slot keeps those apart without any lock shared between ops.
+struct FlightRecorder::Slot {
+  std::atomic<bool> busy{false};
+  OpRecord record;
+
+  void lock() {
+    while (busy.exchange(true, std::memory_order_acquire)) std::this_thread::yield();
+  }
+  void unlock() { busy.store(false, std::memory_order_release); }
+};
+
+FlightRecorder& FlightRecorder::instance() {
+  // Leaked: ops may still complete on worker threads while static destructors run.
+  static FlightRecorder* fr = [] {
+    auto* r = new FlightRecorder(flight_recorder_options_from_env());
+    if (r->enabled()) add_sink(std::shared_ptr<Sink>(r, [](Sink*) {}));
+    return r;
+  }();
+  return *fr;
+}
+
+FlightRecorder::FlightRecorder(FlightRecorderOptions options)
+    : options_(std::move(options)),
+      capacity_(options_.capacity),
+      slots_(capacity_ > 0 ? std::make_unique<Slot[]>(capacity_) : nullptr),
+      writer_(std::make_shared<FileWriter>(options_.dump_prefix)) {}
+
+FlightRecorder::~FlightRecorder() = default;
+
+void FlightRecorder::register_comm(std::shared_ptr<const CommInfo> comm) {
+  std::lock_guard lock(mu_);
+  std::erase_if(comms_, [](const auto& c) { return c.expired(); });
+  comms_.push_back(comm);
+}
+
+void FlightRecorder::set_job_info(JobInfo info) {
+  std::lock_guard lock(mu_);
+  job_ = std::move(info);
+}
+
+void FlightRecorder::set_writer(std::shared_ptr<DumpWriter> writer) {
+  std::lock_guard lock(mu_);
+  writer_ = writer ? std::move(writer) : std::make_shared<FileWriter>(options_.dump_prefix);
+}
+
+FlightRecorder::Slot* FlightRecorder::slot_for(uint64_t record_id) const {
+  return &slots_[record_id % capacity_];
+}
+
+void FlightRecorder::store(const OpRecord& record) {
+  Slot* s = slot_for(record.record_id);
+  s->lock();
+  if (record.record_id >= s->record.record_id) s->record = record;
+  s->unlock();
+}
+
+void FlightRecorder::on_enqueue(const OpRecord& record) {
+  if (!enabled() || record.record_id == 0) return;
+  store(record);
+  uint64_t seen = highest_id_.load(std::memory_order_relaxed);
+  while (seen < record.record_id &&
+         !highest_id_.compare_exchange_weak(seen, record.record_id, std::memory_order_release)) {
+  }
+  if (!record.is_p2p && record.comm) {
+    record.comm->progress->last_enqueued_collective.store(
+        static_cast<int64_t>(record.collective_seq), std::memory_order_relaxed);
+  }
+}
+
+void FlightRecorder::on_start(const OpRecord& record) {
+  if (!enabled() || record.record_id == 0) return;
+  store(record);
+  if (!record.is_p2p && record.comm) {
+    record.comm->progress->last_started_collective.store(
+        static_cast<int64_t>(record.collective_seq), std::memory_order_relaxed);
+  }
+}
+
+void FlightRecorder::on_end(const OpRecord& record) {
+  if (!enabled() || record.record_id == 0) return;
+  store(record);
+  if (!record.is_p2p && record.comm && record.state == OpState::kCompleted) {
+    record.comm->progress->last_completed_collective.store(
+        static_cast<int64_t>(record.collective_seq), std::memory_order_relaxed);
+  }
+}
+
+std::vector<OpRecord> FlightRecorder::records(int rank) const {
+  std::vector<OpRecord> out;
+  if (!enabled()) return out;
+  const uint64_t high = highest_id_.load(std::memory_order_acquire);
+  const uint64_t low = high > capacity_ ? high - capacity_ + 1 : 1;
+  for (uint64_t id = low; id <= high; ++id) {
+    Slot* s = slot_for(id);
+    s->lock();
+    if (s->record.record_id == id && s->record.comm && s->record.comm->global_rank == rank) {
+      out.push_back(s->record);
+    }
+    s->unlock();
+  }
+  return out;
+}
+
+uint64_t FlightRecorder::dropped() const {
+  const uint64_t high = highest_id_.load(std::memory_order_acquire);
+  return high > capacity_ ? high - capacity_ : 0;
+}
+
+std::vector<int> FlightRecorder::local_ranks() const {
+  std::set<int> ranks;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& weak : comms_) {
+      if (auto c = weak.lock()) ranks.insert(c->global_rank);
+    }
+  }
+  return {ranks.begin(), ranks.end()};
+}
+
+namespace {
+
+// One dump entry in PyTorch's key order, then meshrt's keys.
+Json entry_json(const OpRecord& r, std::string_view type, std::string_view meta, const Dims* in,
+                const Dims* out, bool closing) {
+  const CommInfo& c = *r.comm;
+  const auto wall = [&](int64_t steady_ns) {
+    return steady_ns == 0 ? int64_t{0} : r.created_wall_ns + (steady_ns - r.enqueue_ns);
+  };
+  // Batch members stay "scheduled" with no times, as in PyTorch: only the closing entry carries
+  // the batch's state.
+  const bool timed = closing || r.op != "batch_p2p";
+  const bool started = timed && r.start_ns != 0;
+  const bool ended = timed && r.end_ns != 0;
+  const std::string_view dtype = torch_dtype(r.dtype);
+  auto sizes = [&](const Dims* d) { return d ? Json::array({dims_json(*d)}) : Json::array(); };
+  auto dtypes = [&](const Dims* d) { return d ? Json::array({dtype}) : Json::array(); };
+
+  Json e;
+  e["record_id"] = r.record_id;
+  e["pg_id"] = c.uid;
+  e["process_group"] = Json::array({c.name, c.description});
+  e["thread_id"] = std::to_string(r.thread_id);
+  e["thread_name"] = "";
+  e["collective_seq_id"] = r.collective_seq;
+  e["p2p_seq_id"] = r.p2p_seq;
+  e["op_id"] = r.op_seq;
+  e["profiling_name"] = meta.empty() ? fmt::format("{}:{}", c.backend, type)
+                                     : fmt::format("{}:{} {}", c.backend, type, meta);
+  e["time_created_ns"] = r.created_wall_ns;
+  if (ended) e["duration_ms"] = static_cast<double>(r.end_ns - r.start_ns) / 1e6;
+  e["input_sizes"] = sizes(in);
+  e["output_sizes"] = sizes(out);
+  e["input_dtypes"] = dtypes(in);
+  e["output_dtypes"] = dtypes(out);
+  e["state"] = ended && r.state == OpState::kCompleted ? "completed"
+               : started                               ? "started"
+                                                       : "scheduled";
+  e["time_discovered_started_ns"] = started ? wall(r.start_ns) : 0;
+  e["time_discovered_completed_ns"] = ended && r.state == OpState::kCompleted ? wall(r.end_ns) : 0;
+  e["retired"] = ended;
+  e["timeout_ms"] = r.timeout_ms;
+  e["is_p2p"] = r.is_p2p;
+  e["mesh_dim"] = c.mesh_dim.empty() ? Json(nullptr) : Json(c.mesh_dim);
+  e["group_ranks"] = c.global_ranks;
+  e["group_rank"] = c.rank;
+  e["scope"] = r.scope && r.scope->depth > 0
+                   ? fmt::format("{} / {}", r.scope->path, phase_name(r.scope->phase))
+                   : std::string();
+  return e;
+}
+
+void add_entries(Json& entries, const OpRecord& r) {
+  const CommInfo& c = *r.comm;
+  const bool rooted =
+      r.op == "broadcast" || r.op == "reduce" || r.op == "gather" || r.op == "scatter";
+  auto finish = [&](Json e, int peer, uint64_t channel_seq) {
+    e["peer"] = global_of(c, peer);
+    e["root"] = rooted ? global_of(c, r.root_or_peer) : -1;
+    e["p2p_channel_seq"] = channel_seq;
+    e["reduce_op"] = r.reduce_op;
+    e["error"] = r.error;
+    e["caller"] = *r.caller_file ? fmt::format("{}:{}", r.caller_file, r.caller_line) : "";
+    entries.push_back(std::move(e));
+  };
+  Dims one_d;
+  one_d.ndim = 1;
+  if (r.op == "batch_p2p") {
+    for (size_t i = 0; i < std::min<size_t>(r.batch_size, OpRecord::kMaxBatchMembers); ++i) {
+      const P2PMember& m = r.batch[i];
+      one_d.size[0] = static_cast<int64_t>(m.count);
+      const std::string meta =
+          m.is_send ? fmt::format("{}->{}", c.rank, m.peer) : fmt::format("{}<-{}", c.rank, m.peer);
+      finish(entry_json(r, m.is_send ? "send" : "recv", meta, &one_d, &one_d, false), m.peer,
+             m.channel_seq);
+    }
+    finish(entry_json(r, "coalesced", "", nullptr, nullptr, true), -1, 0);
+    return;
+  }
+  if (r.op == "barrier") {
+    finish(entry_json(r, "all_reduce_barrier", "", nullptr, nullptr, false), -1, 0);
+    return;
+  }
+  if (r.op == "send" || r.op == "recv") {
+    const std::string meta = r.op == "send" ? fmt::format("{}->{}", c.rank, r.root_or_peer)
+                                            : fmt::format("{}<-{}", c.rank, r.root_or_peer);
+    finish(entry_json(r, r.op, meta, &r.input_shape, &r.output_shape, false), r.root_or_peer,
+           r.p2p_channel_seq);
+    return;
+  }
+  finish(entry_json(r, r.op, "", &r.input_shape, &r.output_shape, false), -1, 0);
+}
+
+std::string host_name() {
+  char buf[256] = {};
+  ::gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+}  // namespace
+
+std::string FlightRecorder::render(int rank, DumpFormat format, DumpReason reason,
+                                   const DumpTrigger* trigger) const {
+  const std::vector<OpRecord> recs = records(rank);
+  std::vector<std::shared_ptr<const CommInfo>> comms;
+  JobInfo job;
+  {
+    std::lock_guard lock(mu_);
+    job = job_;
+    for (const auto& weak : comms_) {
+      if (auto c = weak.lock(); c && c->global_rank == rank) comms.push_back(c);
+    }
+  }
+  // Communicators seen only in records (already destroyed) still describe their entries.
+  for (const auto& r : recs) {
+    if (std::none_of(comms.begin(), comms.end(), [&](const auto& c) { return c == r.comm; })) {
+      comms.push_back(r.comm);
+    }
+  }
+  int world_size = job.world_size;
+  std::string backend;
+  for (const auto& c : comms) {
+    world_size = std::max(world_size, static_cast<int>(c->global_ranks.size()));
+    if (backend.empty()) backend = c->backend_version.empty() ? c->backend : c->backend_version;
+  }
+
+  Json doc;
+  doc["version"] = kSchemaVersion;
+  doc["meshrt_dump_version"] = kMeshrtDumpVersion;
+  doc["producer"] = std::string("meshrt ") + MESHRT_VERSION;
+  doc["comm_lib_version"] = backend;
+  doc["rank"] = rank;
+  doc["world_size"] = world_size;
+  doc["host"] = host_name();
+  doc["pid"] = ::getpid();
+  doc["run_id"] = job.run_id;
+  doc["dump_reason"] = dump_reason_name(reason);
+  doc["trigger"] = trigger ? Json{{"rank", trigger->rank},
+                                  {"group", trigger->group},
+                                  {"seq", trigger->seq},
+                                  {"op", trigger->op},
+                                  {"detail", trigger->detail}}
+                           : Json(nullptr);
+  doc["clock"] = {{"wall_ns", wall_now_ns()}, {"steady_ns", steady_now_ns()}};
+  doc["buffer_size"] = capacity_;
+  doc["records_dropped"] = dropped();
+  Json mesh_dims = Json::object();
+  Json pg_config = Json::object();
+  Json pg_status = Json::object();
+  for (const auto& c : comms) {
+    pg_config[c->name] = {{"name", c->name},
+                          {"desc", c->description},
+                          {"ranks", ranks_text(c->global_ranks)},
+                          {"store_key", c->store_key},
+                          {"mesh_dim", c->mesh_dim.empty() ? Json(nullptr) : Json(c->mesh_dim)}};
+    pg_status[std::to_string(c->uid)] = {
+        {"last_enqueued_collective", std::to_string(c->progress->last_enqueued_collective.load())},
+        {"last_started_collective", std::to_string(c->progress->last_started_collective.load())},
+        {"last_completed_collective",
+         std::to_string(c->progress->last_completed_collective.load())}};
+    if (!c->mesh_dim.empty()) {
+      mesh_dims[c->mesh_dim] = {{"group", c->name}, {"group_ranks", c->global_ranks}};
+    }
+  }
+  doc["mesh_dims"] = std::move(mesh_dims);
+  doc["pg_config"] = std::move(pg_config);
+  doc["pg_status"] = std::move(pg_status);
+  Json entries = Json::array();
+  for (const auto& r : recs) add_entries(entries, r);
+
+  if (format == DumpFormat::kJson) {
+    if (!entries.empty()) doc["entries"] = std::move(entries);
+    return doc.dump(1);
+  }
+  // PyTorch's pickle: unknown discovery times are None and entries are always present.
+  for (auto& e : entries) {
+    for (const char* k : {"time_discovered_started_ns", "time_discovered_completed_ns"}) {
+      if (e[k] == 0) e[k] = nullptr;
+    }
+  }
+  doc["entries"] = std::move(entries);
+  return to_pickle(doc, {"process_group"});
+}
+
+std::vector<std::string> FlightRecorder::dump(DumpReason reason,
+                                              const DumpTrigger* trigger) noexcept {
+  std::vector<std::string> paths;
+  if (!enabled()) return paths;
+  try {
+    std::lock_guard serial(dump_mu_);
+    std::shared_ptr<DumpWriter> writer;
+    {
+      std::lock_guard lock(mu_);
+      writer = writer_;
+    }
+    for (int rank : local_ranks()) {
+      if (auto path = writer->write(rank, render(rank, options_.format, reason, trigger))) {
+        paths.push_back(*path);
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "meshrt: flight recorder dump failed: %s\n", e.what());
+  }
+  return paths;
+}
+
+std::vector<std::string> dump_flight_recorder() {
+  return FlightRecorder::instance().dump(DumpReason::kApi);
+}
+
+}  // namespace meshrt::trace
