@@ -64,6 +64,7 @@ Communicator::Communicator(trace::CommInfo info, std::unique_ptr<Backend> backen
 
 Communicator::~Communicator() {
   Watchdog::instance().remove(this);
+  trace::FlightRecorder::instance().unregister_comm(info_.get());
   {
     std::lock_guard lock(mu_);
     stopping_ = true;

@@ -146,8 +146,12 @@ FlightRecorder::~FlightRecorder() = default;
 
 void FlightRecorder::register_comm(std::shared_ptr<const CommInfo> comm) {
   std::lock_guard lock(mu_);
-  std::erase_if(comms_, [](const auto& c) { return c.expired(); });
-  comms_.push_back(comm);
+  comms_.push_back(std::move(comm));
+}
+
+void FlightRecorder::unregister_comm(const CommInfo* comm) {
+  std::lock_guard lock(mu_);
+  std::erase_if(comms_, [comm](const auto& c) { return c.get() == comm; });
 }
 
 void FlightRecorder::set_job_info(JobInfo info) {
@@ -227,9 +231,7 @@ std::vector<int> FlightRecorder::local_ranks() const {
   std::set<int> ranks;
   {
     std::lock_guard lock(mu_);
-    for (const auto& weak : comms_) {
-      if (auto c = weak.lock()) ranks.insert(c->global_rank);
-    }
+    for (const auto& c : comms_) ranks.insert(c->global_rank);
   }
   return {ranks.begin(), ranks.end()};
 }
@@ -343,8 +345,8 @@ std::string FlightRecorder::render(int rank, DumpFormat format, DumpReason reaso
   {
     std::lock_guard lock(mu_);
     job = job_;
-    for (const auto& weak : comms_) {
-      if (auto c = weak.lock(); c && c->global_rank == rank) comms.push_back(c);
+    for (const auto& c : comms_) {
+      if (c->global_rank == rank) comms.push_back(c);
     }
   }
   // Communicators seen only in records (already destroyed) still describe their entries.

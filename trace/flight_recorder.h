@@ -74,8 +74,10 @@ class FlightRecorder : public Sink {
 
   bool enabled() const { return capacity_ > 0; }
   const FlightRecorderOptions& options() const { return options_; }
-  // Records `comm` for pg_config even before its first op (called at communicator creation).
+  // Records `comm` for pg_config even before its first op, and its rank as local while it lives
+  // (called at communicator creation and destruction).
   void register_comm(std::shared_ptr<const CommInfo> comm);
+  void unregister_comm(const CommInfo* comm);
   void set_job_info(JobInfo info);
   // Replaces the default file writer (nullptr restores it).
   void set_writer(std::shared_ptr<DumpWriter> writer);
@@ -112,7 +114,7 @@ class FlightRecorder : public Sink {
   std::atomic<uint64_t> highest_id_{0};
 
   mutable std::mutex mu_;  // Guards the fields below; never taken on the op path.
-  std::vector<std::weak_ptr<const CommInfo>> comms_;  // Live communicators.
+  std::vector<std::shared_ptr<const CommInfo>> comms_;  // Live communicators.
   JobInfo job_;
   std::shared_ptr<DumpWriter> writer_;
   std::mutex dump_mu_;
