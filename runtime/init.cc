@@ -103,31 +103,62 @@ struct WorldResources {
     Watchdog& watchdog = Watchdog::instance();
     try {
       store->set("exit/rank" + std::to_string(rank), std::span<const char>("1", 1));
-      if (store->add("exit/arrived", 1) == world_size) {
-        store->set("exit/done", std::span<const char>("1", 1));
-        return;
+      store->add("exit/arrived", 1);
+      if (server) {
+        wait_for_leavers(watchdog);
+      } else {
+        wait_for_arrivals(watchdog);
+        // The last call this rank makes: the host may take the store down once all have made it.
+        store->add("exit/left", 1);
       }
-      const std::string done = "exit/done";
-      const auto deadline = std::chrono::steady_clock::now() + exit_timeout;
-      while (std::chrono::steady_clock::now() < deadline) {
-        if (watchdog.job_failed()) {
-          // Another rank failed: leave once this one's dump is written.
-          watchdog.wait_dumped(std::chrono::seconds(10));
-          return;
-        }
-        if (store->check(std::span<const std::string>(&done, 1))) return;
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-      std::vector<int> missing;
-      for (int r = 0; r < world_size; ++r) {
-        const std::string key = "exit/rank" + std::to_string(r);
-        if (!store->check(std::span<const std::string>(&key, 1))) missing.push_back(r);
-      }
-      log().warn("leaving after waiting {} ms for ranks [{}] to finish", exit_timeout.count(),
-                 fmt::join(missing, ", "));
     } catch (const std::exception& e) {
       log().warn("exit barrier: {}", e.what());
     }
+  }
+
+  // Until every rank arrived, or the job failed and this rank has dumped.
+  void wait_for_arrivals(Watchdog& watchdog) {
+    const auto deadline = std::chrono::steady_clock::now() + exit_timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      // A failed job needs this rank's dump before it goes, even if every rank is here.
+      watchdog.poll_remote_signal();
+      if (watchdog.job_failed()) {
+        watchdog.wait_dumped(std::chrono::seconds(10));
+        return;
+      }
+      if (store->add("exit/arrived", 0) >= world_size) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    std::vector<int> missing;
+    for (int r = 0; r < world_size; ++r) {
+      const std::string key = "exit/rank" + std::to_string(r);
+      if (!store->check(std::span<const std::string>(&key, 1))) missing.push_back(r);
+    }
+    log().warn("leaving after waiting {} ms for ranks [{}] to finish", exit_timeout.count(),
+               fmt::join(missing, ", "));
+  }
+
+  // The store's host goes last: until every other rank has left. When the job failed, a rank
+  // that never arrives (dead, or hung) is waited for only as long as it may take to dump.
+  void wait_for_leavers(Watchdog& watchdog) {
+    constexpr auto kDumpGrace = std::chrono::seconds(3);
+    const auto deadline = std::chrono::steady_clock::now() + exit_timeout;
+    std::optional<std::chrono::steady_clock::time_point> failed_at;
+    while (std::chrono::steady_clock::now() < deadline) {
+      watchdog.poll_remote_signal();
+      const int64_t left = store->add("exit/left", 0);
+      if (left >= world_size - 1) return;
+      if (watchdog.job_failed()) {
+        const auto now = std::chrono::steady_clock::now();
+        if (!failed_at) failed_at = now;
+        const bool arrived_left = left >= store->add("exit/arrived", 0) - 1;
+        const bool all_dumped = store->add("fr/dumps_written", 0) >= world_size;
+        if (arrived_left && (all_dumped || now - *failed_at > kDumpGrace)) return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    log().warn("store host leaving after {} ms; {} of {} other ranks had left",
+               exit_timeout.count(), store->add("exit/left", 0), world_size - 1);
   }
 };
 

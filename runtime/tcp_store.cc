@@ -35,6 +35,7 @@ constexpr milliseconds kReplyMargin{2000};
 constexpr milliseconds kMaxTimeout{int64_t{365} * 24 * 3600 * 1000};
 // Connect retry backoff: starts fast for the common "server is a moment late" case.
 constexpr milliseconds kFirstRetryDelay{10};
+constexpr milliseconds kReconnectTimeout{2000};
 constexpr milliseconds kMaxRetryDelay{500};
 // Receive buffers that grew past this for one big reply are released afterwards.
 constexpr size_t kKeepBufferBytes = size_t{1} << 20;
@@ -127,7 +128,12 @@ class TcpStore::Impl {
   }
 
   void connect() {
-    const Clock::time_point deadline = Clock::now() + clamp_timeout(options_.connect_timeout);
+    // Waiting for a server that is not up yet is rendezvous; a server that went away after we
+    // reached it is usually a job that ended, so reconnecting gets a short grace, not the wait.
+    const milliseconds budget = connected_once_
+                                    ? std::min(options_.connect_timeout, kReconnectTimeout)
+                                    : options_.connect_timeout;
+    const Clock::time_point deadline = Clock::now() + clamp_timeout(budget);
     milliseconds retry_delay = kFirstRetryDelay;
     error_code last_ec;
     tcp::resolver resolver(io_);
@@ -143,6 +149,7 @@ class TcpStore::Impl {
         if (!ec) {
           error_code ignored;
           socket_.set_option(tcp::no_delay(true), ignored);
+          connected_once_ = true;
           return;
         }
         // A refusal says more than the deadline cutting the last attempt short.
@@ -151,10 +158,9 @@ class TcpStore::Impl {
       close();
       const Clock::time_point now = Clock::now();
       if (now >= deadline) {
-        throw Error(
-            ErrorCode::kTimeout, proto::op_context("store.connect"),
-            fmt::format("could not connect to store {} within {} ms (last error: {})", address_,
-                        options_.connect_timeout.count(), last_ec ? last_ec.message() : "none"));
+        throw Error(ErrorCode::kTimeout, proto::op_context("store.connect"),
+                    fmt::format("could not connect to store {} within {} ms (last error: {})",
+                                address_, budget.count(), last_ec ? last_ec.message() : "none"));
       }
       // The server may simply not be up yet (the rendezvous case): back off and retry.
       std::this_thread::sleep_for(std::min<Clock::duration>(retry_delay, deadline - now));
@@ -216,6 +222,7 @@ class TcpStore::Impl {
   std::mutex mu_;  // Serializes calls: the connection carries one request at a time.
   asio::io_context io_;
   tcp::socket socket_{io_};
+  bool connected_once_ = false;
   std::array<char, proto::kFrameHeaderBytes> header_{};
   std::vector<char> out_;
   std::vector<char> in_;

@@ -219,6 +219,8 @@ void Watchdog::scan_timeouts() {
 }
 
 void Watchdog::poll_remote_signal() {
+  // The watchdog thread and a leaving rank may both poll: one dumps, the other waits for it.
+  std::lock_guard serial(poll_mu_);
   std::shared_ptr<Store> store;
   {
     std::lock_guard lock(mu_);

@@ -67,6 +67,9 @@ class Watchdog {
   // exits. Returns only when the job goes on.
   void on_op_failed(const Communicator& comm, const Work& work, const std::string& error,
                     bool timed_out) noexcept;
+  // Checks the store for another rank's dump signal now and dumps if it is there (the watchdog
+  // thread does this every signal_poll; a rank about to leave the job does it once more).
+  void poll_remote_signal();
   // Whether a dump signal (own or remote) has been handled in this process.
   bool dumped() const { return dumped_.load(); }
   // Blocks until this process has dumped for a dump signal, or `timeout` passes.
@@ -80,7 +83,6 @@ class Watchdog {
   void loop();
   void monitor_loop();
   void scan_timeouts();
-  void poll_remote_signal();
   void poll_pipe();
   void fire(trace::DumpReason reason, const trace::DumpTrigger& trigger);
   void dump_once(trace::DumpReason reason, const trace::DumpTrigger* trigger);
@@ -94,6 +96,7 @@ class Watchdog {
   TimeoutPolicy default_policy_ = TimeoutPolicy::kAbort;
   bool started_ = false;
 
+  std::mutex poll_mu_;  // Serialises poll_remote_signal().
   std::mutex fire_mu_;  // Serialises fire(): the first caller dumps, later ones wait for it.
   std::atomic<bool> fired_{false};
   std::atomic<bool> dumped_{false};

@@ -233,6 +233,16 @@ std::vector<int> FlightRecorder::local_ranks() const {
     std::lock_guard lock(mu_);
     for (const auto& c : comms_) ranks.insert(c->global_rank);
   }
+  if (!ranks.empty() || !enabled()) return {ranks.begin(), ranks.end()};
+  // Every communicator is gone (the rank is at its exit barrier): its records still say who it is.
+  const uint64_t high = highest_id_.load(std::memory_order_acquire);
+  const uint64_t low = high > capacity_ ? high - capacity_ + 1 : 1;
+  for (uint64_t id = low; id <= high; ++id) {
+    Slot* s = slot_for(id);
+    s->lock();
+    if (s->record.record_id == id && s->record.comm) ranks.insert(s->record.comm->global_rank);
+    s->unlock();
+  }
   return {ranks.begin(), ranks.end()};
 }
 

@@ -91,7 +91,8 @@ class FlightRecorder : public Sink {
   std::vector<OpRecord> records(int rank) const;
   // Records overwritten so far.
   uint64_t dropped() const;
-  // Global ranks with a communicator in this process (one, or all of an in-process world).
+  // Global ranks with a communicator in this process (one, or all of an in-process world); when
+  // none is left, the ranks of the retained records.
   std::vector<int> local_ranks() const;
 
   // The dump of `rank` in `format`, as bytes.

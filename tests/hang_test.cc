@@ -1,0 +1,145 @@
+// End to end with real processes: examples/hang on 4 Gloo ranks. Rank 0's extra all_reduce times
+// out; its watchdog dumps and signals, every other rank dumps, rank 0 exits with the watchdog's
+// status and `meshtrace analyze` names what happened. Also: a dump on request through the FIFO
+// while the job runs, and the throw policy.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "runtime/watchdog.h"
+#include "tests/process_harness.h"
+
+#ifndef MESHRT_HANG_EXAMPLE
+#error "MESHRT_HANG_EXAMPLE must name the hang example binary"
+#endif
+
+namespace meshrt {
+namespace {
+
+using nlohmann::json;
+using testing::run_ranks;
+
+std::string describe(const std::vector<testing::RankResult>& results) {
+  std::string s;
+  for (size_t r = 0; r < results.size(); ++r) {
+    s += "--- rank " + std::to_string(r) + " exit " + std::to_string(results[r].exit_code) +
+         " signal " + std::to_string(results[r].signal) + "\n" + results[r].output;
+  }
+  return s;
+}
+
+json read_json(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  return json::parse(in);
+}
+
+class HangTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("meshrt_hang_" + std::to_string(getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string prefix() const { return (dir_ / "fr_").string(); }
+  std::filesystem::path dir_;
+};
+
+TEST_F(HangTest, EveryRankDumpsAndTheHungRankExitsWithTheWatchdogStatus) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto results = run_ranks({MESHRT_HANG_EXAMPLE, "--timeout-ms", "1500"}, 4,
+                                 std::chrono::seconds(60), {{"MESHRT_DUMP_PREFIX", prefix()}});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+  ASSERT_EQ(results[0].exit_code, kWatchdogExitCode) << describe(results);
+  for (int r = 1; r < 4; ++r) EXPECT_EQ(results[r].exit_code, 0) << describe(results);
+
+  ASSERT_TRUE(std::filesystem::exists(dir_ / "fr_1")) << describe(results);
+  const json d0 = read_json(dir_ / "fr_0");
+  EXPECT_EQ(d0["dump_reason"], "timeout");
+  EXPECT_EQ(d0["trigger"]["seq"], 5);
+  EXPECT_EQ(d0["world_size"], 4);
+  const json& last = d0["entries"].back();
+  EXPECT_EQ(last["collective_seq_id"], 5);
+  EXPECT_EQ(last["profiling_name"], "gloo:all_reduce");
+  EXPECT_EQ(last["state"], "started");
+  EXPECT_NE(last["error"].get<std::string>().find("timeout"), std::string::npos);
+  for (int r = 1; r < 4; ++r) {
+    const json d = read_json(dir_ / ("fr_" + std::to_string(r)));
+    EXPECT_EQ(d["dump_reason"], "remote") << r;
+    EXPECT_EQ(d["trigger"]["rank"], 0) << r;
+    ASSERT_EQ(d["entries"].size(), 4u) << r;
+    EXPECT_EQ(d["entries"].back()["state"], "completed") << r;
+  }
+  for (const auto& f : std::filesystem::directory_iterator(dir_)) {
+    EXPECT_EQ(f.path().filename().string().find(".tmp"), std::string::npos) << f.path();
+  }
+
+#ifdef MESHRT_MESHTRACE
+  const std::string out = (dir_ / "verdict.json").string();
+  const std::string cmd =
+      std::string(MESHRT_MESHTRACE) + " analyze " + dir_.string() + " --prefix fr_ --json > " + out;
+  const int status = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 1);  // A problem was found.
+  const json verdict = read_json(out);
+  ASSERT_FALSE(verdict["findings"].empty()) << verdict.dump(1);
+  const json& f = verdict["findings"][0];
+  EXPECT_EQ(f["kind"], "not_joined") << f.dump(1);
+  EXPECT_EQ(f["seq"], 5) << f.dump(1);
+  EXPECT_EQ(f["op"], "all_reduce") << f.dump(1);
+  EXPECT_EQ(f["missing_ranks"], json::array({1, 2, 3})) << f.dump(1);
+#endif
+}
+
+TEST_F(HangTest, ThrowPolicyFailsTheOpAndTheJobEndsWithDumps) {
+  const auto results =
+      run_ranks({MESHRT_HANG_EXAMPLE, "--timeout-ms", "1000"}, 2, std::chrono::seconds(60),
+                {{"MESHRT_DUMP_PREFIX", prefix()}, {"MESHRT_ON_TIMEOUT", "throw"}});
+  EXPECT_EQ(results[0].exit_code, 1) << describe(results);
+  EXPECT_NE(results[0].output.find("hang: meshrt [timeout] rank 0, comm 'world', all_reduce #5"),
+            std::string::npos)
+      << describe(results);
+  EXPECT_EQ(results[1].exit_code, 0) << describe(results);
+  EXPECT_TRUE(std::filesystem::exists(dir_ / "fr_0"));
+  EXPECT_TRUE(std::filesystem::exists(dir_ / "fr_1"));
+}
+
+TEST_F(HangTest, WritingToTheDumpPipeDumpsWhileTheJobRuns) {
+  const std::string pipe_stem = (dir_ / "pipe_").string();
+  auto job = std::async(std::launch::async, [&] {
+    return run_ranks({MESHRT_HANG_EXAMPLE, "--timeout-ms", "6000"}, 2, std::chrono::seconds(60),
+                     {{"MESHRT_DUMP_PREFIX", prefix()}, {"MESHRT_DUMP_PIPE", pipe_stem}});
+  });
+  // Rank 1 finishes quickly and waits at the exit for rank 0, which hangs for 6 s.
+  const auto fifo = dir_ / "pipe_1.pipe";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!std::filesystem::exists(fifo) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(std::filesystem::exists(fifo));
+  const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::write(fd, "1", 1), 1);
+  ::close(fd);
+  const auto dump = dir_ / "fr_1";
+  while (!std::filesystem::exists(dump) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(std::filesystem::exists(dump)) << "no dump within the deadline";
+  EXPECT_EQ(read_json(dump)["dump_reason"], "pipe");
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "fr_0"));  // Only the rank asked dumped.
+  const auto results = job.get();
+  EXPECT_EQ(results[0].exit_code, kWatchdogExitCode) << describe(results);
+  EXPECT_EQ(read_json(dump)["dump_reason"], "remote");  // Then the hang's dump replaced it.
+}
+
+}  // namespace
+}  // namespace meshrt
