@@ -11,6 +11,7 @@
 #include "runtime/logging.h"
 #include "runtime/validation.h"
 #include "trace/comm_logger.h"
+#include "trace/exports.h"
 #include "trace/tracer.h"
 
 namespace meshrt {
@@ -45,6 +46,7 @@ Communicator::Communicator(trace::CommInfo info, std::unique_ptr<Backend> backen
       resources_(std::move(resources)),
       runner_(std::make_shared<Runner>(this)) {
   trace::CommLogger::install_from_env();
+  trace::Exports::install_from_env();
   info.uid = next_comm_uid.fetch_add(1);
   info.backend = std::string(backend_->name());
   if (info.description.empty()) info.description = info.name;
