@@ -12,6 +12,7 @@
 #include "runtime/validation.h"
 #include "runtime/watchdog.h"
 #include "trace/comm_logger.h"
+#include "trace/exports.h"
 #include "trace/flight_recorder.h"
 #include "trace/tracer.h"
 
@@ -47,6 +48,7 @@ Communicator::Communicator(trace::CommInfo info, std::unique_ptr<Backend> backen
       resources_(std::move(resources)),
       runner_(std::make_shared<Runner>(this)) {
   trace::CommLogger::install_from_env();
+  trace::Exports::install_from_env();
   info.uid = next_comm_uid.fetch_add(1);
   info.backend = std::string(backend_->name());
   if (info.description.empty()) info.description = info.name;

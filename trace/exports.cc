@@ -1,0 +1,172 @@
+#include "trace/exports.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include "trace/atomic_file.h"
+#include "trace/jsonl_export.h"
+
+namespace meshrt::trace {
+namespace {
+
+constexpr std::string_view kRankField = "{rank}";
+
+std::string env_or_empty(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+std::string with_rank(std::string path, int rank) {
+  for (size_t at = path.find(kRankField); at != std::string::npos; at = path.find(kRankField)) {
+    path.replace(at, kRankField.size(), std::to_string(rank));
+  }
+  return path;
+}
+
+bool has_path(const ExportOptions& o) {
+  return !o.chrome_path.empty() || !o.jsonl_path.empty() || !o.prometheus_path.empty();
+}
+
+void write_at_exit() { Exports::instance().write_configured(); }
+
+}  // namespace
+
+Exports::Exports() : wall_minus_steady_ns_(wall_now_ns() - steady_now_ns()) {}
+
+Exports& Exports::instance() {
+  static Exports exports;
+  return exports;
+}
+
+void Exports::install_from_env() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    ExportOptions o;
+    o.chrome_path = env_or_empty("MESHRT_TRACE_CHROME");
+    o.jsonl_path = env_or_empty("MESHRT_TRACE_JSONL");
+    o.prometheus_path = env_or_empty("MESHRT_TRACE_PROMETHEUS");
+    o.enabled = has_path(o);
+    if (o.enabled) instance().configure(std::move(o));
+  });
+}
+
+void Exports::configure(ExportOptions options) {
+  const bool enable = options.enabled;
+  const bool wants_exit_writer = has_path(options);
+  bool was_enabled;
+  {
+    std::lock_guard lock(mu_);
+    was_enabled = options_.enabled;
+    if (options.max_ops_per_rank != options_.max_ops_per_rank) rings_.clear();
+    options_ = std::move(options);
+  }
+  // Registered only while enabled, so disabled exports cost the hot path nothing.
+  static std::shared_ptr<Sink> self(&instance(), [](Sink*) {});
+  if (enable && !was_enabled) add_sink(self);
+  if (!enable && was_enabled) remove_sink(self.get());
+  static std::once_flag exit_writer;
+  if (wants_exit_writer) std::call_once(exit_writer, [] { std::atexit(write_at_exit); });
+}
+
+ExportOptions Exports::options() const {
+  std::lock_guard lock(mu_);
+  return options_;
+}
+
+void Exports::reset() {
+  std::lock_guard lock(mu_);
+  rings_.clear();
+  metrics_.reset();
+}
+
+void Exports::on_end(const OpRecord& r) {
+  if (!r.comm) return;
+  std::lock_guard lock(mu_);
+  if (!options_.enabled) return;
+  Ring& ring = rings_[r.comm->global_rank];
+  if (ring.ops.size() < options_.max_ops_per_rank) {
+    ring.ops.push_back(r);
+  } else if (!ring.ops.empty()) {
+    ring.ops[ring.next] = r;
+    ring.next = (ring.next + 1) % ring.ops.size();
+  }
+  ++ring.total;
+  metrics_.add(r);
+}
+
+std::vector<int> Exports::ranks() const {
+  std::lock_guard lock(mu_);
+  std::vector<int> out;
+  for (const auto& [rank, ring] : rings_) out.push_back(rank);
+  return out;
+}
+
+std::vector<RankOps> Exports::snapshot(std::span<const int> ranks) const {
+  std::lock_guard lock(mu_);
+  std::vector<RankOps> out;
+  for (const auto& [rank, ring] : rings_) {
+    if (!ranks.empty() && std::find(ranks.begin(), ranks.end(), rank) == ranks.end()) continue;
+    RankOps& r = out.emplace_back();
+    r.global_rank = rank;
+    r.ops.reserve(ring.ops.size());
+    r.ops.insert(r.ops.end(), ring.ops.begin() + static_cast<ptrdiff_t>(ring.next), ring.ops.end());
+    r.ops.insert(r.ops.end(), ring.ops.begin(),
+                 ring.ops.begin() + static_cast<ptrdiff_t>(ring.next));
+    r.dropped = ring.total - ring.ops.size();
+  }
+  return out;
+}
+
+std::string Exports::render(ExportFormat format, std::span<const int> ranks) const {
+  switch (format) {
+    case ExportFormat::kChromeTrace:
+      return chrome_trace(snapshot(ranks), wall_minus_steady_ns_);
+    case ExportFormat::kJsonl: {
+      std::string out;
+      for (const RankOps& rank : snapshot(ranks)) {
+        for (const OpRecord& r : rank.ops) append_jsonl(r, out);
+      }
+      return out;
+    }
+    case ExportFormat::kPrometheus: {
+      std::lock_guard lock(mu_);
+      return metrics_.text(ranks);
+    }
+  }
+  return {};
+}
+
+std::vector<std::string> Exports::write(ExportFormat format, const std::string& pattern) const {
+  std::vector<std::pair<std::string, std::vector<int>>> files;
+  if (pattern.find(kRankField) == std::string::npos) {
+    files.emplace_back(pattern, std::vector<int>{});
+  } else {
+    for (int rank : ranks()) files.emplace_back(with_rank(pattern, rank), std::vector<int>{rank});
+  }
+  std::vector<std::string> written;
+  for (const auto& [path, file_ranks] : files) {
+    if (write_file_atomically(path, render(format, file_ranks))) {
+      written.push_back(path);
+    } else {
+      std::fprintf(stderr, "meshrt: could not write the trace export %s\n", path.c_str());
+    }
+  }
+  return written;
+}
+
+std::vector<std::string> Exports::write_configured() const {
+  const ExportOptions o = options();
+  std::vector<std::string> written;
+  const std::pair<ExportFormat, const std::string&> outputs[] = {
+      {ExportFormat::kChromeTrace, o.chrome_path},
+      {ExportFormat::kJsonl, o.jsonl_path},
+      {ExportFormat::kPrometheus, o.prometheus_path}};
+  for (const auto& [format, pattern] : outputs) {
+    if (pattern.empty()) continue;
+    for (std::string& path : write(format, pattern)) written.push_back(std::move(path));
+  }
+  return written;
+}
+
+}  // namespace meshrt::trace

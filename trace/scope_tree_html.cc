@@ -1,0 +1,33 @@
+#include "trace/scope_tree_html.h"
+
+#include "trace/atomic_file.h"
+#include "trace/scope_tree.h"
+#include "trace/scope_tree_html_template.h"
+
+namespace meshrt::trace {
+
+std::string scope_tree_html(std::string_view scope_tree_json) {
+  const std::string_view page = kScopeTreeHtmlTemplate;
+  constexpr std::string_view kOpen = R"(<script type="application/json" id="scope-tree-data">)";
+  const size_t at = page.find(kOpen) + kOpen.size();
+  std::string out(page.substr(0, at));
+  out.reserve(page.size() + scope_tree_json.size());
+  // '<' occurs in JSON only inside strings, where \u003c means the same: so no "</script>" in a
+  // scope name can end the block early.
+  for (char c : scope_tree_json) {
+    if (c == '<') {
+      out += "\\u003c";
+    } else {
+      out += c;
+    }
+  }
+  out += page.substr(at);
+  return out;
+}
+
+bool write_scope_tree_html(const std::string& path, int global_rank, int noise_level) {
+  return write_file_atomically(
+      path, scope_tree_html(ScopeTree::instance().json(global_rank, noise_level)));
+}
+
+}  // namespace meshrt::trace
