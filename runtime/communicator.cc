@@ -7,6 +7,7 @@
 #include <atomic>
 #include <future>
 
+#include "runtime/debug_stats.h"
 #include "runtime/error.h"
 #include "runtime/logging.h"
 #include "runtime/validation.h"
@@ -120,6 +121,11 @@ WorkHandle Communicator::enqueue(Op op, OpOptions options, const std::source_loc
   rec.thread_id = std::hash<std::thread::id>{}(std::this_thread::get_id());
   rec.caller_file = caller.file_name();
   rec.caller_line = caller.line();
+  if (debug_tensor_stats_enabled()) {
+    rec.debug = std::make_shared<trace::DebugStats>();
+    rec.debug->input = tensor_stats(op.input);
+  }
+  std::shared_ptr<trace::DebugStats> debug = rec.debug;
 
   WorkHandle work;
   {
@@ -151,7 +157,7 @@ WorkHandle Communicator::enqueue(Op op, OpOptions options, const std::source_loc
       return work;
     }
     if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
-    queue_.push_back(Task{std::move(op), work, nullptr});
+    queue_.push_back(Task{std::move(op), work, nullptr, std::move(debug)});
   }
   cv_.notify_one();
   return work;
@@ -203,7 +209,7 @@ void Communicator::post_job(std::function<void()> job) {
   {
     std::lock_guard lock(mu_);
     if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
-    queue_.push_back(Task{Op{}, nullptr, std::move(job)});
+    queue_.push_back(Task{Op{}, nullptr, std::move(job), nullptr});
   }
   cv_.notify_one();
 }
@@ -270,6 +276,7 @@ void Communicator::run_task(Task& task) {
   work.mark_started();
   try {
     backend_->run(op);
+    if (task.debug) task.debug->output = tensor_stats(op.output);
     work.mark_completed();
   } catch (const Error& e) {
     // Backends know the failure but not the op's identity: add it.

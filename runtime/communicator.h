@@ -131,7 +131,8 @@ class Communicator {
   struct Task {
     Op op;
     WorkHandle work;
-    std::function<void()> job;  // Internal work (split) run on the worker, untraced.
+    std::function<void()> job;                 // Internal work (split) run on the worker, untraced.
+    std::shared_ptr<trace::DebugStats> debug;  // Shared with the record in debug mode.
   };
 
   class Runner;

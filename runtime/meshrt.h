@@ -3,6 +3,7 @@
 
 #include "runtime/buffer.h"
 #include "runtime/communicator.h"
+#include "runtime/debug_stats.h"
 #include "runtime/error.h"
 #include "runtime/init.h"
 #include "runtime/inproc_backend.h"
@@ -11,4 +12,5 @@
 #include "runtime/store.h"
 #include "runtime/tcp_store.h"
 #include "runtime/tcp_store_server.h"
+#include "runtime/watchdog.h"
 #include "runtime/work.h"

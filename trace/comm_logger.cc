@@ -147,11 +147,16 @@ void CommLogger::on_end(const OpRecord& r) {
   if (verbose) {
     const int n = static_cast<int>(r.comm->global_ranks.size());
     const double us = ns / 1e3;
-    const std::string line = fmt::format(
+    std::string line = fmt::format(
         "[meshrt rank {}] comm op: {} | dim: {} | group: {} | size: {} B | time (ms): {:.3f} | "
-        "algbw (GB/s): {:.3f} | busbw (GB/s): {:.3f}\n",
+        "algbw (GB/s): {:.3f} | busbw (GB/s): {:.3f}",
         r.comm->global_rank, r.op, r.comm->mesh_dim.empty() ? r.comm->name : r.comm->mesh_dim, n,
         r.bytes, us / 1e3, algbw_gbps(r.bytes, us), busbw_gbps(r.op, n, r.bytes, us));
+    if (r.debug) {
+      line += fmt::format(" | in: {} | out: {}", format_tensor_stats(r.debug->input),
+                          format_tensor_stats(r.debug->output));
+    }
+    line += '\n';
     std::fwrite(line.data(), 1, line.size(), stderr);
   }
 }

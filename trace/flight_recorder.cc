@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -298,6 +299,14 @@ Json entry_json(const OpRecord& r, std::string_view type, std::string_view meta,
   return e;
 }
 
+Json stats_json(const TensorStats& s) {
+  if (!s.valid) return nullptr;
+  // JSON has no NaN: an all-NaN buffer's min, max and mean are null.
+  auto num = [](double v) { return std::isnan(v) ? Json(nullptr) : Json(v); };
+  return {{"count", s.count},    {"min", num(s.min)},  {"max", num(s.max)},
+          {"mean", num(s.mean)}, {"nan", s.nan_count}, {"inf", s.inf_count}};
+}
+
 void add_entries(Json& entries, const OpRecord& r) {
   const CommInfo& c = *r.comm;
   const bool rooted =
@@ -309,6 +318,10 @@ void add_entries(Json& entries, const OpRecord& r) {
     e["reduce_op"] = r.reduce_op;
     e["error"] = r.error;
     e["caller"] = *r.caller_file ? fmt::format("{}:{}", r.caller_file, r.caller_line) : "";
+    if (r.debug) {
+      e["input_stats"] = stats_json(r.debug->input);
+      e["output_stats"] = stats_json(r.debug->output);
+    }
     entries.push_back(std::move(e));
   };
   Dims one_d;

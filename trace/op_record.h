@@ -47,6 +47,26 @@ struct Dims {
   uint8_t ndim = 0;
 };
 
+// Statistics of one host buffer's elements (debug mode: MESHRT_DEBUG_TENSOR_STATS=1).
+struct TensorStats {
+  bool valid = false;  // False for device buffers and empty ones.
+  uint64_t count = 0;  // Elements.
+  double min = 0;
+  double max = 0;
+  double mean = 0;  // Over the finite elements.
+  uint64_t nan_count = 0;
+  uint64_t inf_count = 0;
+};
+
+// An op's buffers before and after it ran.
+struct DebugStats {
+  TensorStats input;   // At enqueue.
+  TensorStats output;  // At completion (left invalid if the op failed).
+};
+
+// "count=12 min=0 max=3 mean=1.5 nan=0 inf=0", or "n/a" when not valid.
+std::string format_tensor_stats(const TensorStats& stats);
+
 // One send or receive of a batch_isend_irecv.
 struct P2PMember {
   bool is_send = true;
@@ -96,6 +116,8 @@ struct OpRecord {
   const char* caller_file = "";      // Where the op was called (static storage).
   uint32_t caller_line = 0;
   std::string error;  // The failure's message once state is kFailed; empty otherwise.
+  // Debug mode only (null otherwise): written by the runtime before the event that shows it.
+  std::shared_ptr<DebugStats> debug;
 };
 
 }  // namespace meshrt::trace

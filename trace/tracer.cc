@@ -1,5 +1,7 @@
 #include "trace/tracer.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -50,6 +52,12 @@ void deliver(F&& f) noexcept {
 }
 
 }  // namespace
+
+std::string format_tensor_stats(const TensorStats& s) {
+  if (!s.valid) return "n/a";
+  return fmt::format("count={} min={:g} max={:g} mean={:g} nan={} inf={}", s.count, s.min, s.max,
+                     s.mean, s.nan_count, s.inf_count);
+}
 
 std::string_view op_state_name(OpState state) {
   switch (state) {
