@@ -1,0 +1,464 @@
+#include "launcher/agent.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <signal.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <thread>
+
+#include "launcher/child_process.h"
+#include "launcher/files.h"
+#include "launcher/output_prefixer.h"
+#include "launcher/post_mortem.h"
+#include "launcher/signals.h"
+#include "launcher/summary.h"
+#include "runtime/error.h"
+#include "runtime/prefix_store.h"
+
+namespace meshrt::launcher {
+
+// One rank started by this agent.
+struct LocalRank {
+  RankStatus status;
+  std::unique_ptr<ChildProcess> process;
+  bool ended = false;
+};
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// Store waits are cut in slices this long so that signals and the children stay watched.
+constexpr milliseconds kPollSlice{200};
+// How long the ranks' output may go on after they ended (a helper holding the pipe).
+constexpr milliseconds kOutputDrain{1000};
+// Bound on fetching one dump from the store, and on the analyzer.
+constexpr milliseconds kFetchTimeout{10000};
+constexpr milliseconds kAnalyzeTimeout{60000};
+// How long node 0 waits, beyond the grace period, for the others to read the outcome.
+constexpr milliseconds kLeaveMargin{10000};
+// While stopping ranks, poll faster than the monitor interval: the job is waiting on us.
+constexpr milliseconds kStoppingPoll{20};
+
+// meshrun's own lines go to stderr, whole.
+template <typename... Args>
+void say(fmt::format_string<Args...> format, Args&&... args) {
+  write_all(2, "meshrun: " + fmt::format(format, std::forward<Args>(args)...) + "\n");
+}
+
+std::string key(const char* what, int attempt) {
+  return fmt::format("attempts/{}/{}", attempt, what);
+}
+
+bool has_key(Store& store, const std::string& k) { return store.check({&k, 1}); }
+
+}  // namespace
+
+Agent::Agent(LaunchOptions options) : options_(std::move(options)) {
+  if (const char* p = std::getenv("MESHRT_DUMP_PREFIX")) user_dump_prefix_ = p;
+}
+
+Agent::~Agent() = default;
+
+std::string Agent::attempt_dir(int attempt) const {
+  return fmt::format("{}/attempt_{}", run_dir_, attempt);
+}
+
+std::string Agent::dump_prefix(int attempt) const {
+  return user_dump_prefix_.value_or(attempt_dir(attempt) + "/fr_trace_");
+}
+
+std::vector<std::string> Agent::child_env(int rank, int local_rank, int attempt) const {
+  const NodeInfo& me = rendezvous_->self();
+  const int world = rendezvous_->world_size();
+  const std::vector<std::pair<std::string, std::string>> vars = {
+      {"RANK", std::to_string(rank)},
+      {"LOCAL_RANK", std::to_string(local_rank)},
+      {"WORLD_SIZE", std::to_string(world)},
+      {"LOCAL_WORLD_SIZE", std::to_string(me.nproc)},
+      {"GROUP_RANK", std::to_string(me.node_rank)},
+      {"GROUP_WORLD_SIZE", std::to_string(rendezvous_->nnodes())},
+      {"ROLE_RANK", std::to_string(rank)},
+      {"ROLE_WORLD_SIZE", std::to_string(world)},
+      {"MASTER_ADDR", rendezvous_->store_host()},
+      {"MASTER_PORT", std::to_string(rendezvous_->store_port())},
+      {"MESHRT_STORE_EXTERNAL", "1"},
+      {"MESHRT_RUN_ID", options_.run_id},
+      {"TORCHELASTIC_RUN_ID", options_.run_id},
+      {"MESHRT_RESTART_COUNT", std::to_string(attempt)},
+      {"TORCHELASTIC_RESTART_COUNT", std::to_string(attempt)},
+      {"TORCHELASTIC_MAX_RESTARTS", std::to_string(options_.max_restarts)},
+      {"MESHRT_LOG_DIR", run_dir_},
+      {"MESHRT_DUMP_PREFIX", dump_prefix(attempt)},
+  };
+  std::vector<std::string> env;
+  for (const std::string& entry : current_environment()) {
+    const std::string name = entry.substr(0, entry.find('='));
+    if (std::none_of(vars.begin(), vars.end(), [&](const auto& v) { return v.first == name; })) {
+      env.push_back(entry);
+    }
+  }
+  for (const auto& [name, value] : vars) env.push_back(name + "=" + value);
+  return env;
+}
+
+int Agent::run() {
+  try {
+    if (options_.log_dir.empty()) {
+      std::string tmpl = fmt::format("/tmp/meshrun-{}-XXXXXX", options_.run_id);
+      if (::mkdtemp(tmpl.data()) == nullptr) {
+        say("cannot create a run directory under /tmp");
+        return 1;
+      }
+      run_dir_ = tmpl;
+    } else {
+      make_dirs(options_.log_dir);
+      run_dir_ = std::filesystem::absolute(options_.log_dir).lexically_normal().string();
+    }
+  } catch (const std::exception& e) {
+    say("{}", e.what());
+    return 1;
+  }
+  const int status = run_job();
+  if (options_.log_dir.empty()) {
+    // A run directory of our own that holds nothing (no dump, no summary) goes away.
+    std::error_code ignored;
+    for (const auto& entry : std::filesystem::directory_iterator(run_dir_, ignored)) {
+      std::filesystem::remove(entry.path(), ignored);  // Only empty attempt directories.
+    }
+    std::filesystem::remove(run_dir_, ignored);
+  }
+  return status;
+}
+
+int Agent::run_job() {
+  AttemptOutcome outcome;
+  try {
+    RendezvousOptions r;
+    r.host = options_.rdzv_host;
+    r.port = options_.rdzv_port;
+    r.run_id = options_.run_id;
+    r.nnodes = options_.nnodes;
+    r.node_rank = options_.node_rank;
+    r.nproc = options_.nproc_per_node;
+    r.max_restarts = options_.max_restarts;
+    r.log_dir = run_dir_;
+    r.timeout = options_.rdzv_timeout;
+    r.should_stop = [] { return interrupt_count() > 0; };
+    rendezvous_ = std::make_unique<Rendezvous>(std::move(r));
+
+    for (int attempt = 0;; ++attempt) {
+      outcome = run_attempt(attempt);
+      if (outcome.success()) break;
+      if (outcome.failure && outcome.failure->interrupt_signal != 0) break;
+      if (attempt >= options_.max_restarts) break;
+      say("attempt {} failed: {}; restarting (attempt {} of at most {})", attempt,
+          outcome.failure ? describe(*outcome.failure) : "nodes did not report", attempt + 2,
+          options_.max_restarts + 1);
+    }
+  } catch (const Error& e) {
+    // The store or the rendezvous failed: this node cannot go on (its ranks are gone already).
+    say("{}{}", e.code() == ErrorCode::kPeerFailure ? "lost node 0's store: " : "", e.detail());
+    return interrupt_count() > 0 ? 128 + first_interrupt_signal() : 1;
+  } catch (const std::exception& e) {
+    say("{}", e.what());
+    return 1;
+  }
+
+  if (!outcome.success()) report_failure(outcome);
+  try {
+    rendezvous_->leave(options_.grace_period + kLeaveMargin);
+  } catch (const Error& e) {
+    say("could not tell node 0 that this node is done: {}", e.detail());
+  }
+  if (outcome.success()) return 0;
+  if (outcome.failure && outcome.failure->interrupt_signal != 0) {
+    return 128 + outcome.failure->interrupt_signal;
+  }
+  return 1;
+}
+
+AttemptOutcome Agent::run_attempt(int attempt) {
+  make_dirs(attempt_dir(attempt));
+  rendezvous_->barrier(key("start", attempt));
+  PrefixStore job(fmt::format("meshrt/{}/{}", options_.run_id, attempt), rendezvous_->client());
+  const NodeInfo& me = rendezvous_->self();
+  const bool console = options_.log_dir.empty() || options_.tee;
+
+  std::vector<LocalRank> ranks(me.nproc);
+  std::vector<OutputStream> streams;
+  for (int lr = 0; lr < me.nproc; ++lr) {
+    const int rank = me.rank_offset + lr;
+    std::shared_ptr<UniqueFd> log;
+    if (!options_.log_dir.empty()) {
+      const std::string path = fmt::format("{}/rank_{}.log", attempt_dir(attempt), rank);
+      log = std::make_shared<UniqueFd>(
+          ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+      if (!*log) {
+        say("cannot write {}; rank {}'s output is lost", path, rank);
+        log.reset();
+      }
+    }
+    Pipe out = make_pipe();
+    Pipe err = make_pipe();
+    SpawnOptions so;
+    so.argv = options_.command;
+    so.env = child_env(rank, lr, attempt);
+    so.stdout_fd = out.write.get();
+    so.stderr_fd = err.write.get();
+    LocalRank& r = ranks[lr];
+    r.process = std::make_unique<ChildProcess>(so);
+    r.status.rank = rank;
+    r.status.local_rank = lr;
+    r.status.node = me.node_rank;
+    r.status.pid = r.process->pid();
+    const std::string prefix = fmt::format("[rank{}]: ", rank);
+    streams.push_back({std::move(out.read), prefix, console ? 1 : -1, log});
+    streams.push_back({std::move(err.read), prefix, console ? 2 : -1, log});
+  }
+  OutputPrefixer output(std::move(streams));
+  monitor(attempt, ranks, job);
+  output.finish(kOutputDrain);
+
+  std::vector<RankStatus> mine;
+  for (LocalRank& r : ranks) {
+    r.status.dumped = std::filesystem::exists(dump_prefix(attempt) + std::to_string(r.status.rank));
+    mine.push_back(r.status);
+  }
+  AttemptOutcome outcome = gather_outcome(attempt, mine);
+  if (outcome.success()) return outcome;
+  // Node 0 collects every dump into its attempt directory; the others send theirs over.
+  if (me.node_rank == 0) {
+    gather_dumps(outcome);
+  } else {
+    for (const RankStatus& s : mine) {
+      if (!s.dumped) continue;
+      if (const auto dump = read_file(dump_prefix(attempt) + std::to_string(s.rank))) {
+        publish_dump(rendezvous_->store(), attempt, s.rank, *dump);
+      }
+    }
+  }
+  return outcome;
+}
+
+void Agent::publish_failure(int attempt, const Failure& failure) {
+  const std::string value = to_json(failure);
+  rendezvous_->store().compare_set(key("failure", attempt), {}, as_bytes(value));
+}
+
+void Agent::publish_interrupt(int attempt) {
+  Failure f;
+  f.node = rendezvous_->node_rank();
+  f.host = rendezvous_->self().host;
+  f.pid = ::getpid();
+  f.interrupt_signal = first_interrupt_signal();
+  f.time = utc_now();
+  publish_failure(attempt, f);
+  rendezvous_->store().set(key("stop", attempt), as_bytes(std::string("interrupted")));
+}
+
+void Agent::monitor(int attempt, std::vector<LocalRank>& ranks, Store& job) {
+  Store& store = rendezvous_->store();
+  const NodeInfo& me = rendezvous_->self();
+  const std::string stop_key = key("stop", attempt);
+  bool stopping = false;
+  bool killed = false;
+  Clock::time_point kill_at;
+  int interrupts_seen = 0;
+
+  // Reaps the ranks that ended; returns the first that failed on its own, if any.
+  auto reap = [&ranks]() -> LocalRank* {
+    LocalRank* failed = nullptr;
+    for (LocalRank& r : ranks) {
+      if (r.ended) continue;
+      if (auto exit = r.process->poll()) {
+        r.ended = true;
+        r.status.exit = *exit;
+        r.status.end_time = utc_now();
+        if (failed == nullptr && r.status.failed()) failed = &r;
+      }
+    }
+    return failed;
+  };
+  // Only ranks still running are signalled (and marked as stopped by meshrun).
+  auto signal_all = [&](int signal) {
+    reap();
+    for (LocalRank& r : ranks) {
+      if (r.ended) continue;
+      r.process->signal_group(signal);
+      r.status.stop_signal = signal;
+    }
+  };
+  auto begin_stop = [&](int signal) {
+    if (stopping) return;
+    stopping = true;
+    signal_all(signal);
+    kill_at = Clock::now() + options_.grace_period;
+  };
+
+  for (;;) {
+    LocalRank* failed = reap();
+    const int interrupts = interrupt_count();
+    if (interrupts > interrupts_seen) {
+      if (interrupts_seen == 0) {
+        publish_interrupt(attempt);
+        say("received {}: passing it to the ranks (again to kill them)",
+            signal_name(first_interrupt_signal()));
+        begin_stop(first_interrupt_signal());
+      }
+      if (interrupts >= 2 && !killed) {
+        signal_all(SIGKILL);
+        killed = true;
+      }
+      interrupts_seen = interrupts;
+    }
+
+    if (failed != nullptr && !stopping) {
+      Failure f;
+      f.rank = failed->status.rank;
+      f.local_rank = failed->status.local_rank;
+      f.node = me.node_rank;
+      f.host = me.host;
+      f.pid = failed->status.pid;
+      f.exit = failed->status.exit;
+      f.time = failed->status.end_time;
+      publish_failure(attempt, f);
+      if (f.exit.exit_code == kWatchdogExitCode || dump_requested(job)) {
+        // A watchdog fired: let every rank finish its flight-recorder dump before stopping.
+        say("rank {} {}; waiting up to {:.1f} s for every rank's flight-recorder dump", f.rank,
+            describe(f.exit), options_.dump_timeout.count() / 1000.0);
+        const int64_t written =
+            wait_for_dumps(job, rendezvous_->world_size(), options_.dump_timeout,
+                           [] { return interrupt_count() > 0; });
+        if (written < rendezvous_->world_size()) {
+          say("{} of {} ranks wrote a dump", written, rendezvous_->world_size());
+        }
+      }
+      store.set(stop_key, as_bytes(fmt::format("rank {} failed", f.rank)));
+      begin_stop(SIGTERM);
+    }
+    if (!stopping && has_key(store, stop_key)) begin_stop(SIGTERM);
+    if (stopping && !killed && Clock::now() >= kill_at) {
+      signal_all(SIGKILL);
+      killed = true;
+    }
+    if (std::all_of(ranks.begin(), ranks.end(), [](const LocalRank& r) { return r.ended; })) {
+      return;
+    }
+    std::this_thread::sleep_for(stopping ? std::min(options_.monitor_interval, kStoppingPoll)
+                                         : options_.monitor_interval);
+  }
+}
+
+AttemptOutcome Agent::gather_outcome(int attempt, const std::vector<RankStatus>& mine) {
+  Store& store = rendezvous_->store();
+  const int nnodes = rendezvous_->nnodes();
+  store.set(fmt::format("attempts/{}/result/{}", attempt, rendezvous_->node_rank()),
+            as_bytes(to_json(mine)));
+  std::vector<std::string> keys;
+  for (int k = 0; k < nnodes; ++k) keys.push_back(fmt::format("attempts/{}/result/{}", attempt, k));
+  const std::string stop_key = key("stop", attempt);
+
+  // While the job runs elsewhere, wait without a bound (the ranks' own timeouts and watchdogs
+  // bound a hang). Once it is stopping, the others have a grace period to report.
+  std::optional<Clock::time_point> deadline;
+  int interrupts_seen = 0;
+  for (;;) {
+    try {
+      store.wait(keys, kPollSlice);
+      break;
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kTimeout) throw;
+    }
+    const int interrupts = interrupt_count();
+    if (interrupts > interrupts_seen && interrupts_seen == 0) publish_interrupt(attempt);
+    interrupts_seen = interrupts;
+    if (interrupts >= 2) break;
+    if (!deadline && has_key(store, stop_key)) {
+      deadline =
+          Clock::now() + options_.grace_period + options_.dump_timeout + std::chrono::seconds(10);
+    }
+    if (deadline && Clock::now() >= *deadline) break;
+  }
+
+  AttemptOutcome o;
+  o.attempt = attempt;
+  for (int k = 0; k < nnodes; ++k) {
+    if (!has_key(store, keys[k])) {
+      o.silent_nodes.push_back(k);
+      continue;
+    }
+    for (RankStatus& s : statuses_from_json(to_string(store.get(keys[k], kPollSlice)))) {
+      o.ranks.push_back(std::move(s));
+    }
+  }
+  std::sort(o.ranks.begin(), o.ranks.end(),
+            [](const RankStatus& a, const RankStatus& b) { return a.rank < b.rank; });
+  if (const std::string fk = key("failure", attempt); has_key(store, fk)) {
+    o.failure = failure_from_json(to_string(store.get(fk, kPollSlice)));
+  }
+  return o;
+}
+
+void Agent::gather_dumps(const AttemptOutcome& outcome) {
+  const std::string from = dump_prefix(outcome.attempt);
+  const std::string to = attempt_dir(outcome.attempt) + "/" + base_name(from);
+  for (const RankStatus& s : outcome.ranks) {
+    if (!s.dumped || (s.node == 0 && from == to)) continue;
+    const std::string path = to + std::to_string(s.rank);
+    try {
+      // Node 0's own ranks: only when MESHRT_DUMP_PREFIX points elsewhere.
+      const std::optional<std::string> dump =
+          s.node == 0 ? read_file(from + std::to_string(s.rank))
+                      : fetch_dump(rendezvous_->store(), outcome.attempt, s.rank, kFetchTimeout);
+      if (!dump || !write_file(path, *dump)) say("cannot write {}", path);
+    } catch (const Error& e) {
+      say("could not fetch rank {}'s dump: {}", s.rank, e.detail());
+    }
+  }
+}
+
+void Agent::report_failure(const AttemptOutcome& outcome) {
+  SummaryInput in;
+  in.run_id = options_.run_id;
+  in.max_restarts = options_.max_restarts;
+  in.outcome = outcome;
+  in.nodes = rendezvous_->nodes();
+  in.this_node = rendezvous_->node_rank();
+  in.log_files = !options_.log_dir.empty();
+  in.dump_dir = attempt_dir(outcome.attempt);
+  in.dump_name = base_name(dump_prefix(outcome.attempt));
+  if (in.this_node == 0) {
+    for (const RankStatus& s : outcome.ranks) {
+      if (std::filesystem::exists(in.dump_dir + "/" + in.dump_name + std::to_string(s.rank))) {
+        in.dumped_ranks.push_back(s.rank);
+      }
+    }
+    if (!in.dumped_ranks.empty()) {
+      const std::string meshtrace = find_meshtrace();
+      if (meshtrace.empty()) {
+        in.analysis_note =
+            "meshtrace not found (next to meshrun, on PATH, or in $MESHRT_MESHTRACE): run "
+            "`meshtrace analyze " +
+            in.dump_dir + " --prefix " + in.dump_name + "` by hand";
+      } else {
+        // A rank that died without dumping is itself a finding, not a reason to analyze nothing.
+        const bool incomplete =
+            static_cast<int>(in.dumped_ranks.size()) < rendezvous_->world_size();
+        in.analysis = analyze(meshtrace, in.dump_dir, in.dump_name, incomplete, kAnalyzeTimeout);
+      }
+    }
+  }
+  const std::string text = format_summary(in);
+  write_all(2, text);
+  if (in.this_node == 0) {
+    const std::string path = run_dir_ + "/summary.txt";
+    if (write_file(path, text)) say("summary saved in {}", path);
+  }
+}
+
+}  // namespace meshrt::launcher

@@ -1,0 +1,65 @@
+// The agent of one node: joins the rendezvous, starts this node's ranks for each attempt,
+// watches them and the other nodes, stops the whole job when a rank fails, restarts it, and
+// reports how it ended.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launcher/options.h"
+#include "launcher/rank_status.h"
+#include "launcher/rendezvous.h"
+
+namespace meshrt::launcher {
+
+struct LocalRank;
+
+// Exit status of a rank whose watchdog fired with MESHRT_ON_TIMEOUT=abort (after its dump).
+inline constexpr int kWatchdogExitCode = 70;
+
+// Runs one node's share of a job. Expects install_signal_handlers() to have run.
+class Agent {
+ public:
+  explicit Agent(LaunchOptions options);
+  ~Agent();
+
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  // Runs the job on this node to its end; returns meshrun's exit status (0 when every rank of
+  // an attempt exited 0, 1 on failure, 128+N after signal N).
+  int run();
+
+ private:
+  // Everything after the run directory exists: rendezvous, attempts, report.
+  int run_job();
+  AttemptOutcome run_attempt(int attempt);
+  // Watches this node's ranks until every one has ended, stopping them when needed.
+  void monitor(int attempt, std::vector<LocalRank>& ranks, Store& job);
+  // Publishes this node's statuses and waits for every node's.
+  AttemptOutcome gather_outcome(int attempt, const std::vector<RankStatus>& mine);
+  // Sets the attempt's failure unless another one came first.
+  void publish_failure(int attempt, const Failure& failure);
+  // Records meshrun's interruption as the attempt's failure (unless one came first) and tells
+  // every node to stop.
+  void publish_interrupt(int attempt);
+  // Node 0: writes every rank's dump into its attempt directory (the other nodes' from the
+  // store).
+  void gather_dumps(const AttemptOutcome& outcome);
+  // Prints (and on node 0 saves) the failure summary.
+  void report_failure(const AttemptOutcome& outcome);
+  std::vector<std::string> child_env(int rank, int local_rank, int attempt) const;
+  std::string attempt_dir(int attempt) const;
+  std::string dump_prefix(int attempt) const;
+
+  LaunchOptions options_;
+  std::string run_dir_;  // --log-dir, or a fresh directory under /tmp.
+  bool temp_run_dir_ = false;
+  std::optional<std::string> user_dump_prefix_;  // MESHRT_DUMP_PREFIX from meshrun's env.
+  std::vector<std::string> base_env_;            // meshrun's environment minus what each rank gets.
+  std::unique_ptr<Rendezvous> rendezvous_;
+};
+
+}  // namespace meshrt::launcher

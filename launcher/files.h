@@ -1,0 +1,21 @@
+// Small file-system helpers of the launcher: log directories, dump files.
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace meshrt::launcher {
+
+// Creates `path` and its missing parents; throws std::system_error naming it on failure.
+void make_dirs(const std::string& path);
+// The whole file, or nothing when it cannot be read.
+std::optional<std::string> read_file(const std::string& path);
+// Writes `contents` to a temp file next to `path` and renames it into place, so readers never
+// see a partial file; returns false on failure (no temp file is left).
+bool write_file(const std::string& path, const std::string& contents);
+// The part after the last '/'.
+std::string base_name(const std::string& path);
+// The part up to the last '/' ("." when there is none).
+std::string dir_name(const std::string& path);
+
+}  // namespace meshrt::launcher

@@ -1,0 +1,115 @@
+#include "launcher/post_mortem.h"
+
+#include <fmt/format.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "launcher/child_process.h"
+#include "launcher/files.h"
+#include "launcher/unique_fd.h"
+
+namespace meshrt::launcher {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// Well below TcpStoreServer's default value limit (64 MiB).
+constexpr size_t kChunkBytes = size_t{16} << 20;
+constexpr milliseconds kDumpPoll{50};
+
+std::string dump_key(int attempt, int rank, const std::string& part) {
+  return fmt::format("dumps/{}/{}/{}", attempt, rank, part);
+}
+
+}  // namespace
+
+bool dump_requested(Store& job) {
+  const std::string key = "fr/dump_signal";
+  return job.check({&key, 1});
+}
+
+int64_t wait_for_dumps(Store& job, int world_size, milliseconds timeout,
+                       const std::function<bool()>& should_stop) {
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    const int64_t written = job.add("fr/dumps_written", 0);
+    if (written >= world_size || Clock::now() >= deadline || should_stop()) return written;
+    std::this_thread::sleep_for(kDumpPoll);
+  }
+}
+
+void publish_dump(Store& launcher, int attempt, int rank, const std::string& contents) {
+  const size_t chunks = std::max<size_t>(1, (contents.size() + kChunkBytes - 1) / kChunkBytes);
+  for (size_t i = 0; i < chunks; ++i) {
+    const std::string_view part = std::string_view(contents).substr(i * kChunkBytes, kChunkBytes);
+    launcher.set(dump_key(attempt, rank, std::to_string(i)), {part.data(), part.size()});
+  }
+  // Last, so that a reader who sees the count finds every chunk.
+  launcher.set(dump_key(attempt, rank, "chunks"), as_bytes(std::to_string(chunks)));
+}
+
+std::string fetch_dump(Store& launcher, int attempt, int rank, milliseconds timeout) {
+  const size_t chunks =
+      std::stoul(to_string(launcher.get(dump_key(attempt, rank, "chunks"), timeout)));
+  std::string out;
+  for (size_t i = 0; i < chunks; ++i) {
+    const Bytes part = launcher.get(dump_key(attempt, rank, std::to_string(i)), timeout);
+    out.append(part.begin(), part.end());
+  }
+  return out;
+}
+
+std::string find_meshtrace() {
+  if (const char* env = std::getenv("MESHRT_MESHTRACE"); env != nullptr && *env != '\0') {
+    return ::access(env, X_OK) == 0 ? env : "";
+  }
+  char self[4096] = {};
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n > 0) {
+    const std::string dir = dir_name(std::string(self, static_cast<size_t>(n)));
+    for (const std::string& candidate : {dir + "/meshtrace", dir + "/../trace/meshtrace"}) {
+      if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+    }
+  }
+  return find_program("meshtrace");
+}
+
+Analysis analyze(const std::string& meshtrace, const std::string& dir, const std::string& prefix,
+                 bool incomplete, milliseconds timeout) {
+  Analysis a;
+  SpawnOptions so;
+  so.argv = {meshtrace, "analyze", dir, "--prefix", prefix};
+  if (incomplete) so.argv.push_back("--allow-incomplete-ranks");
+  a.command = fmt::format("{}", fmt::join(so.argv, " "));
+  Pipe out = make_pipe();
+  so.env = current_environment();
+  so.stdout_fd = out.write.get();
+  so.stderr_fd = out.write.get();
+  ChildProcess child(so);
+  out.write.reset();
+  const auto deadline = Clock::now() + timeout;
+  char buf[4096];
+  for (;;) {
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) break;
+    pollfd p{out.read.get(), POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+    const ssize_t n = ::read(out.read.get(), buf, sizeof(buf));
+    if (n <= 0) break;
+    a.output.append(buf, static_cast<size_t>(n));
+  }
+  const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+  const ExitStatus status = child.wait(std::max(left, milliseconds(0)));
+  a.exit_code = status.exit_code;
+  if (status.signal != 0) {
+    a.output += fmt::format("\n(meshtrace killed by {}: limit {} ms)", signal_name(status.signal),
+                            timeout.count());
+  }
+  return a;
+}
+
+}  // namespace meshrt::launcher

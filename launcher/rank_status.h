@@ -1,0 +1,66 @@
+// What the agents tell each other about an attempt: how each rank ended and which failure came
+// first, as JSON through the store, and as the lines of the summary.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launcher/child_process.h"
+
+namespace meshrt::launcher {
+
+// How one rank of an attempt ended, as its agent saw it.
+struct RankStatus {
+  int rank = -1;
+  int local_rank = -1;
+  int node = -1;
+  int pid = 0;
+  ExitStatus exit;
+  int stop_signal = 0;   // The last signal meshrun sent it to stop it; 0 when none.
+  std::string end_time;  // UTC, when its agent reaped it.
+  bool dumped = false;   // Its flight-recorder dump file existed afterwards.
+
+  // True when the rank ended badly on its own (not because meshrun stopped it).
+  bool failed() const { return stop_signal == 0 && !exit.success(); }
+};
+
+// The first failure of an attempt: a rank's, or a signal that meshrun itself received.
+struct Failure {
+  int rank = -1;  // -1 when meshrun was interrupted.
+  int local_rank = -1;
+  int node = -1;
+  std::string host;
+  int pid = 0;
+  ExitStatus exit;
+  int interrupt_signal = 0;  // SIGINT or SIGTERM sent to meshrun; such a job is not restarted.
+  std::string time;          // UTC.
+};
+
+// An attempt as every agent sees it once all nodes reported (or stopped reporting).
+struct AttemptOutcome {
+  int attempt = 0;
+  std::optional<Failure> failure;  // The first failure; none when the attempt succeeded.
+  std::vector<RankStatus> ranks;   // Every reported rank, by rank.
+  std::vector<int> silent_nodes;   // Nodes whose agent never reported.
+
+  bool success() const { return !failure && silent_nodes.empty(); }
+};
+
+// "2024-11-22T13:55:01.234Z".
+std::string utc_now();
+
+// "exited with code 3", "killed by SIGSEGV".
+std::string describe(const ExitStatus& exit);
+// "exited 0", "stopped by meshrun (SIGTERM)", "exited with code 3", ...
+std::string describe(const RankStatus& status);
+// "rank 3 (node 1 on host h, local rank 1, pid 42) exited with code 3 at <time>".
+std::string describe(const Failure& failure);
+
+// JSON round trips for the store.
+std::string to_json(const std::vector<RankStatus>& statuses);
+std::vector<RankStatus> statuses_from_json(const std::string& text);
+std::string to_json(const Failure& failure);
+Failure failure_from_json(const std::string& text);
+
+}  // namespace meshrt::launcher

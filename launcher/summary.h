@@ -1,0 +1,33 @@
+// The text meshrun prints when a job fails: the first failure, every rank's status, where the
+// logs and dumps are, and the analyzer's verdict.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launcher/post_mortem.h"
+#include "launcher/rank_status.h"
+#include "launcher/rendezvous.h"
+
+namespace meshrt::launcher {
+
+// Everything the summary reports.
+struct SummaryInput {
+  std::string run_id;
+  int max_restarts = 0;
+  AttemptOutcome outcome;       // The last attempt.
+  std::vector<NodeInfo> nodes;  // Every node, by node rank.
+  int this_node = 0;
+  bool log_files = false;            // Per-rank log files were written (--log-dir).
+  std::string dump_dir;              // Where node 0 gathered the dumps of the last attempt.
+  std::string dump_name;             // Dump file name before the rank, e.g. "fr_trace_".
+  std::vector<int> dumped_ranks;     // Ranks whose dump is in dump_dir (node 0 only).
+  std::optional<Analysis> analysis;  // Node 0, when there were dumps and meshtrace was found.
+  std::string analysis_note;         // Why there is no analysis, when there is none.
+};
+
+// The summary, one item per line, ending with a newline.
+std::string format_summary(const SummaryInput& in);
+
+}  // namespace meshrt::launcher
