@@ -116,7 +116,6 @@ WorkHandle Communicator::enqueue(Op op, OpOptions options, const std::source_loc
   rec.bytes = message_bytes(op, size(), rank());
   rec.root_or_peer = op.root;
   rec.timeout_ms = op.timeout.count();
-  rec.created_wall_ns = trace::wall_now_ns();
   rec.scope = trace::current_scope();
   rec.thread_id = std::hash<std::thread::id>{}(std::this_thread::get_id());
   rec.caller_file = caller.file_name();
@@ -145,6 +144,7 @@ WorkHandle Communicator::enqueue(Op op, OpOptions options, const std::source_loc
     op.op_seq = rec.op_seq;
     op.collective_seq = rec.collective_seq;
     rec.enqueue_ns = trace::steady_now_ns();
+    rec.created_wall_ns = trace::wall_from_steady_ns(rec.enqueue_ns);
     // Sinks hear of the op before the worker can start it, and in sequence order.
     trace::emit_enqueue(rec);
     work = std::make_shared<Work>(std::move(rec));
@@ -185,13 +185,13 @@ void Communicator::number_channels(const Op& op, trace::OpRecord& rec) {
   if (op.kind == OpKind::kSend || op.kind == OpKind::kRecv) {
     rec.p2p_channel_seq = next(op.kind == OpKind::kSend, op.root);
   } else if (op.kind == OpKind::kBatchP2P) {
-    rec.batch_size = static_cast<uint32_t>(op.p2p.size());
-    for (size_t i = 0; i < op.p2p.size(); ++i) {
-      const P2POp& p = op.p2p[i];
+    auto members = std::make_shared<std::vector<trace::P2PMember>>();
+    members->reserve(op.p2p.size());
+    for (const P2POp& p : op.p2p) {
       const bool is_send = p.dir == P2POp::Dir::kSend;
-      const uint64_t seq = next(is_send, p.peer);
-      if (i < rec.batch.size()) rec.batch[i] = {is_send, p.peer, p.buffer.count, seq};
+      members->push_back({is_send, p.peer, p.buffer.count, next(is_send, p.peer)});
     }
+    rec.batch = std::move(members);
   }
 }
 

@@ -176,6 +176,19 @@ void FlightRecorder::store(const OpRecord& record) {
   s->unlock();
 }
 
+void FlightRecorder::update(const OpRecord& record) {
+  // Only the life-cycle fields change after enqueue: copy those, not the whole record.
+  Slot* s = slot_for(record.record_id);
+  s->lock();
+  if (s->record.record_id == record.record_id) {
+    s->record.state = record.state;
+    s->record.start_ns = record.start_ns;
+    s->record.end_ns = record.end_ns;
+    if (!record.error.empty()) s->record.error = record.error;
+  }
+  s->unlock();
+}
+
 void FlightRecorder::on_enqueue(const OpRecord& record) {
   if (!enabled() || record.record_id == 0) return;
   store(record);
@@ -191,7 +204,7 @@ void FlightRecorder::on_enqueue(const OpRecord& record) {
 
 void FlightRecorder::on_start(const OpRecord& record) {
   if (!enabled() || record.record_id == 0) return;
-  store(record);
+  update(record);
   if (!record.is_p2p && record.comm) {
     record.comm->progress->last_started_collective.store(
         static_cast<int64_t>(record.collective_seq), std::memory_order_relaxed);
@@ -200,7 +213,7 @@ void FlightRecorder::on_start(const OpRecord& record) {
 
 void FlightRecorder::on_end(const OpRecord& record) {
   if (!enabled() || record.record_id == 0) return;
-  store(record);
+  update(record);
   if (!record.is_p2p && record.comm && record.state == OpState::kCompleted) {
     record.comm->progress->last_completed_collective.store(
         static_cast<int64_t>(record.collective_seq), std::memory_order_relaxed);
@@ -327,8 +340,7 @@ void add_entries(Json& entries, const OpRecord& r) {
   Dims one_d;
   one_d.ndim = 1;
   if (r.op == "batch_p2p") {
-    for (size_t i = 0; i < std::min<size_t>(r.batch_size, OpRecord::kMaxBatchMembers); ++i) {
-      const P2PMember& m = r.batch[i];
+    for (const P2PMember& m : r.batch ? *r.batch : std::vector<P2PMember>{}) {
       one_d.size[0] = static_cast<int64_t>(m.count);
       const std::string meta =
           m.is_send ? fmt::format("{}->{}", c.rank, m.peer) : fmt::format("{}<-{}", c.rank, m.peer);

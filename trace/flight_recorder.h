@@ -108,6 +108,7 @@ class FlightRecorder : public Sink {
 
   Slot* slot_for(uint64_t record_id) const;
   void store(const OpRecord& record);
+  void update(const OpRecord& record);
 
   FlightRecorderOptions options_;
   size_t capacity_;

@@ -1,7 +1,7 @@
 // The record of one communication op as the tracing layer sees it. Filled by the runtime from the
 // op's description; read by sinks (comm logger, flight recorder, exporters). It allocates nothing
 // while the op succeeds: names are static strings, shapes inline, the communicator's identity
-// shared; only a failure's message is a string of its own.
+// shared; only a failure's message and a batch's member list are allocated.
 #pragma once
 
 #include <array>
@@ -84,9 +84,6 @@ std::string_view op_state_name(OpState state);
 // One op. Times are nanoseconds on the steady clock (comparable within a process), except
 // created_wall_ns (system clock, comparable across hosts within clock skew).
 struct OpRecord {
-  // The most batch members a record lists; batch_size counts them all.
-  static constexpr size_t kMaxBatchMembers = 8;
-
   uint64_t record_id = 0;  // Process-wide, rising across all communicators (first = 1).
   std::shared_ptr<const CommInfo> comm;
   std::string_view op;          // "all_reduce", "send", ...: static storage.
@@ -103,8 +100,8 @@ struct OpRecord {
   uint64_t bytes = 0;            // Message size S as nccl-tests defines it.
   int root_or_peer = -1;         // Group rank of the root or peer; -1 when none.
   uint64_t p2p_channel_seq = 0;  // send/recv: n-th op on channel (this rank, peer), 0 otherwise.
-  std::array<P2PMember, kMaxBatchMembers> batch{};  // batch_p2p: its first members.
-  uint32_t batch_size = 0;                          // batch_p2p: number of members.
+  // batch_p2p: its members (the only per-op allocation, and only for batches).
+  std::shared_ptr<const std::vector<P2PMember>> batch;
   int64_t timeout_ms = 0;
   int64_t created_wall_ns = 0;
   int64_t enqueue_ns = 0;

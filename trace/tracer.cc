@@ -125,4 +125,9 @@ int64_t wall_now_ns() {
       .count();
 }
 
+int64_t wall_from_steady_ns(int64_t steady_ns) {
+  static const int64_t offset_ns = wall_now_ns() - steady_now_ns();
+  return steady_ns + offset_ns;
+}
+
 }  // namespace meshrt::trace

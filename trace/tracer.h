@@ -41,5 +41,8 @@ uint64_t sink_failures();
 int64_t steady_now_ns();
 // Nanoseconds since the Unix epoch.
 int64_t wall_now_ns();
+// The wall-clock time of steady-clock time `steady_ns`, through an offset read once per process:
+// one clock read per op instead of two (later wall-clock steps are not followed).
+int64_t wall_from_steady_ns(int64_t steady_ns);
 
 }  // namespace meshrt::trace
