@@ -123,6 +123,10 @@ void Watchdog::clear_job_store(const Store* store) {
   if (store_.get() == store) store_ = nullptr;
 }
 
+void Watchdog::stall_for_testing(std::chrono::milliseconds duration) {
+  stall_ms_.store(duration.count());
+}
+
 void Watchdog::set_default_policy(TimeoutPolicy policy) {
   std::lock_guard lock(mu_);
   default_policy_ = policy;
@@ -152,6 +156,9 @@ void Watchdog::loop() {
   auto next_signal_poll = std::chrono::steady_clock::now();
   for (;;) {
     std::this_thread::sleep_for(options_.poll);
+    if (const int64_t stall = stall_ms_.exchange(0); stall > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(stall));
+    }
     heartbeat_.fetch_add(1, std::memory_order_relaxed);
     if (dump_requested_by_signal.exchange(false)) dump_once(trace::DumpReason::kSignal, nullptr);
     poll_pipe();

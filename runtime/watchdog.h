@@ -74,6 +74,8 @@ class Watchdog {
   bool dumped() const { return dumped_.load(); }
   // Blocks until this process has dumped for a dump signal, or `timeout` passes.
   bool wait_dumped(std::chrono::milliseconds timeout);
+  // For tests of the heartbeat monitor: the watchdog thread stops for `duration` at its next loop.
+  void stall_for_testing(std::chrono::milliseconds duration);
   // True once this process saw the job fail (its own watchdog fired or another rank's signal).
   bool job_failed() const { return job_failed_.load(); }
 
@@ -103,6 +105,7 @@ class Watchdog {
   std::atomic<bool> job_failed_{false};
   std::condition_variable dumped_cv_;
   std::atomic<uint64_t> heartbeat_{0};
+  std::atomic<int64_t> stall_ms_{0};
   int pipe_fd_ = -1;
 };
 

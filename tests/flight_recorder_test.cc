@@ -264,5 +264,23 @@ TEST(FlightRecorderDumps, ApiAndSigusr1WriteSelfDescribingFilesAtomically) {
   EXPECT_EQ(json::parse(read_file(path))["dump_reason"], "signal");
 }
 
+// A watchdog stuck (in a backend or store call) is caught by the heartbeat monitor, which dumps
+// and ends the process. In a child process: the monitor exits.
+TEST(WatchdogDeathTest, HeartbeatMonitorDumpsAndExitsWhenTheWatchdogIsStuck) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::string dump = FlightRecorder::instance().options().dump_prefix + "0";
+  std::filesystem::remove(dump);
+  EXPECT_EXIT(
+      {
+        setenv("MESHRT_HEARTBEAT_TIMEOUT_MS", "300", 1);
+        auto world = make_inproc_world(1);
+        Watchdog::instance().stall_for_testing(std::chrono::seconds(20));
+        std::this_thread::sleep_for(std::chrono::seconds(20));
+      },
+      ::testing::ExitedWithCode(kWatchdogExitCode), "the watchdog has not made progress");
+  ASSERT_TRUE(std::filesystem::exists(dump));
+  EXPECT_EQ(json::parse(read_file(dump))["dump_reason"], "heartbeat");
+}
+
 }  // namespace
 }  // namespace meshrt
