@@ -13,6 +13,7 @@
 
 namespace meshrt::testing {
 
+// A group as pg_config lists it.
 struct FrGroup {
   std::string name;  // "mesh0/tp"
   std::string desc;  // "mesh_tp"
@@ -40,6 +41,7 @@ struct FrEntry {
   int64_t time_created_ns = 0;
 };
 
+// One rank's dump.
 struct FrDump {
   int rank = 0;
   int world_size = 0;

@@ -683,9 +683,10 @@ class Analysis {
           const std::vector<int> odd = ranks_of(classes[c]);
           Draft& d = add_draft(diff.kind, key, type, fmt::format("{} #{}", type, seq));
           d.finding.culprit_ranks = odd;
-          d.finding.detail = fmt::format(
-              "at #{} {} {} while {} {} ({} of {} agree)", seq, ranks_phrase(odd), diff.culprit,
-              ranks_phrase(majority_ranks), diff.majority, majority.size(), issued.size());
+          d.finding.detail =
+              fmt::format("{} #{}: {} {} while {} {} ({} of {} agree)", type, seq,
+                          ranks_phrase(odd), diff.culprit, ranks_phrase(majority_ranks),
+                          diff.majority, majority.size(), issued.size());
         }
       } else {
         // No majority: everyone who disagrees is a suspect.
@@ -701,7 +702,8 @@ class Analysis {
               compare(issued[classes[c].front()], issued[classes[other].front()])->culprit));
         }
         std::sort(d.finding.culprit_ranks.begin(), d.finding.culprit_ranks.end());
-        d.finding.detail = fmt::format("at #{} no majority: {}", seq, fmt::join(parts, "; "));
+        d.finding.detail =
+            fmt::format("{} #{}: no majority: {}", type, seq, fmt::join(parts, "; "));
       }
       return;
     }
@@ -724,8 +726,8 @@ class Analysis {
         // Who is wrong shows only when most ranks send as much as they receive.
         if (uneven.size() < even.size()) d.finding.culprit_ranks = uneven;
         d.finding.detail = fmt::format(
-            "at #{} the ranks send {} elements in all but receive {}: the split sizes disagree{}",
-            seq, in, out,
+            "{} #{}: the ranks send {} elements in all but receive {}: the split sizes disagree{}",
+            type, seq, in, out,
             uneven.size() < even.size()
                 ? fmt::format(" ({} receive a different count than they send)",
                               ranks_phrase(uneven))
@@ -929,8 +931,12 @@ class Analysis {
     for (size_t i = d.entries.size(); i-- > 0;) {
       const DumpEntry& e = d.entries[i];
       if (states_[di].global_group[e.group] != group) continue;
-      last = fmt::format("{} op in this group, {} #{}, {}", plural ? "their last" : "its last",
-                         type_name(e), e.is_p2p ? e.p2p_seq : e.collective_seq,
+      const std::string op =
+          p2p_op(e) && e.peer >= 0
+              ? fmt::format("{} #{} {} rank {}", type_name(e), e.channel_seq,
+                            (flags_[e.type] & kSend) != 0 ? "to" : "from", e.peer)
+              : fmt::format("{} #{}", type_name(e), e.is_p2p ? e.p2p_seq : e.collective_seq);
+      last = fmt::format("{} op in this group, {}, {}", plural ? "their last" : "its last", op,
                          entry_state_name(e.state));
       break;
     }
@@ -1254,7 +1260,7 @@ std::string format_entries_table(const std::vector<RankDump>& dumps,
     }
   }
   if (columns.empty()) throw InputError("none of the selected ranks has a dump");
-  // Cells per column: "<group> #<seq> <profiling op> <sizes> <dtypes> <state>".
+  // Cells: "<group> [p2p]#<seq> <op>[->peer] <sizes> <dtypes> <state>".
   std::vector<std::vector<std::string>> cells(columns.size());
   size_t rows = 0;
   for (size_t c = 0; c < columns.size(); ++c) {
@@ -1266,14 +1272,23 @@ std::string format_entries_table(const std::vector<RankDump>& dumps,
                        [&](const std::string& f) { return f == g.name || f == g.desc; })) {
         continue;
       }
-      std::vector<std::string_view> dtypes;
-      for (const int64_t id : d.span(e.input_dtypes)) dtypes.push_back(d.symbols[id]);
+      // A recv's buffer is its output; everything else shows its input.
+      const bool recv = d.symbols[e.type] == "recv";
+      std::vector<std::string_view> parts = {g.name};
+      const std::string seq =
+          fmt::format("{}#{}", e.is_p2p ? "p2p" : "", e.is_p2p ? e.p2p_seq : e.collective_seq);
       std::string op(d.symbols[e.type]);
-      if (e.peer >= 0) op += fmt::format("{}{}", d.symbols[e.type] == "send" ? "->" : "<-", e.peer);
-      const int64_t seq = e.is_p2p ? e.p2p_seq : e.collective_seq;
-      cells[c].push_back(fmt::format("{} {}#{} {} {} {} {}", g.name, e.is_p2p ? "p2p" : "", seq, op,
-                                     format_shapes(d.span(e.input_sizes)), fmt::join(dtypes, "/"),
-                                     entry_state_name(e.state)));
+      if (e.peer >= 0) op += fmt::format("{}{}", recv ? "<-" : "->", e.peer);
+      const std::string shapes = format_shapes(d.span(recv ? e.output_sizes : e.input_sizes));
+      std::vector<std::string_view> dtype_names;
+      for (const int64_t id : d.span(recv ? e.output_dtypes : e.input_dtypes)) {
+        dtype_names.push_back(d.symbols[id]);
+      }
+      const std::string dtypes = fmt::format("{}", fmt::join(dtype_names, "/"));
+      parts.insert(parts.end(), {seq, op, shapes});
+      if (!dtypes.empty()) parts.push_back(dtypes);
+      parts.push_back(entry_state_name(e.state));
+      cells[c].push_back(fmt::format("{}", fmt::join(parts, " ")));
     }
     rows = std::max(rows, cells[c].size());
   }

@@ -551,10 +551,17 @@ std::vector<DumpFile> find_dump_files(const std::filesystem::path& dir, const st
                                                   dir.string()));
   }
   if (by_prefix.size() > 1) {
+    // The most common prefixes first; a directory like /tmp can hold hundreds.
+    std::vector<std::pair<size_t, std::string>> counts;
+    for (const auto& [p, files] : by_prefix) counts.emplace_back(files.size(), p);
+    std::stable_sort(counts.begin(), counts.end(),
+                     [](const auto& a, const auto& b) { return a.first > b.first; });
     std::string found;
-    for (const auto& [p, files] : by_prefix) {
-      found += fmt::format("{}'{}' ({} files)", found.empty() ? "" : ", ", p, files.size());
+    for (size_t i = 0; i < counts.size() && i < 5; ++i) {
+      found += fmt::format("{}'{}' ({} file{})", i > 0 ? ", " : "", counts[i].second,
+                           counts[i].first, counts[i].first == 1 ? "" : "s");
     }
+    if (counts.size() > 5) found += fmt::format(" and {} more", counts.size() - 5);
     throw InputError(
         fmt::format("cannot tell the dump files' common prefix in '{}': found {}; pass --prefix",
                     dir.string(), found));

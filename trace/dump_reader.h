@@ -20,6 +20,7 @@ class InputError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// How far an op got when the dump was taken (a failed op stays scheduled or started).
 enum class EntryState : uint8_t { kScheduled, kStarted, kCompleted };
 
 // "scheduled", "started", "completed".

@@ -139,13 +139,6 @@ std::string_view JsonCursor::number_token() {
   return {start, static_cast<size_t>(p_ - start)};
 }
 
-double JsonCursor::read_double() {
-  const std::string_view tok = number_token();
-  double v = 0;
-  std::from_chars(tok.data(), tok.data() + tok.size(), v);
-  return v;
-}
-
 void JsonCursor::skip_value() {
   std::string_view key;
   switch (peek()) {

@@ -30,6 +30,7 @@ class JsonCursor {
   explicit JsonCursor(std::string_view text)
       : begin_(text.data()), p_(text.data()), end_(text.data() + text.size()) {}
 
+  // The kind of the next value, without consuming it.
   JsonKind peek() {
     switch (next_char()) {
       case '{':
@@ -154,6 +155,7 @@ class JsonCursor {
     return negative ? static_cast<int64_t>(0 - v) : static_cast<int64_t>(v);
   }
 
+  // `true` or `false`.
   bool read_bool() {
     if (next_char() == 't') {
       expect_literal("true");
@@ -163,13 +165,14 @@ class JsonCursor {
     return false;
   }
 
-  double read_double();
   // Validates and steps over one value of any kind.
   void skip_value();
   // Fails unless only whitespace is left.
   void expect_end();
 
+  // Bytes consumed so far.
   size_t offset() const { return static_cast<size_t>(p_ - begin_); }
+  // Throws JsonSyntaxError naming the offset.
   [[noreturn]] void fail(std::string_view what) const;
 
  private:
