@@ -1,0 +1,831 @@
+// meshtrace analyze: every finding category, blame by majority whatever the load order, waits
+// followed across groups, p2p channels, coalesced groups, wrapped rings, missing and corrupt
+// files, version checks, PyTorch FR pickles written by Python's own pickler, and the CLI's exit
+// statuses and JSON. Dumps come from a simulated job (tests/fr_fixtures.h).
+#include "trace/analyzer.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "tests/fr_fixtures.h"
+#include "tests/process_harness.h"
+#include "trace/json_cursor.h"
+#include "trace/pickle_reader.h"
+
+#ifndef MESHRT_MESHTRACE
+#error "MESHRT_MESHTRACE must name the meshtrace binary"
+#endif
+
+namespace meshrt {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::string_literals;
+using testing::FrGroup;
+using testing::FrJob;
+using trace::AnalyzeOptions;
+using trace::Finding;
+using trace::FindingKind;
+using trace::Report;
+
+constexpr const char* kPython = "/usr/bin/python3";
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+// 8 ranks as a 2 x 4 mesh (dp, tp): tp groups [0-3] and [4-7], dp groups [r, r+4], and world.
+FrJob mesh_job() {
+  FrJob job(8);
+  job.add_group({"world", "default_pg", {0, 1, 2, 3, 4, 5, 6, 7}, std::nullopt});
+  job.add_group({"mesh0/tp", "mesh_tp", {0, 1, 2, 3}, "tp"});
+  job.add_group({"mesh0/tp", "mesh_tp", {4, 5, 6, 7}, "tp"});
+  for (int r = 0; r < 4; ++r) job.add_group({"mesh0/dp", "mesh_dp", {r, r + 4}, "dp"});
+  return job;
+}
+
+// Per step: tp all_reduce and all_gather, dp reduce_scatter, world all_reduce.
+void train(FrJob& job, int steps) {
+  for (int s = 0; s < steps; ++s) {
+    job.collective("mesh0/tp", "all_reduce", 1024);
+    job.collective("mesh0/tp", "all_gather", 256);
+    job.collective("mesh0/dp", "reduce_scatter", 4096);
+    job.collective("world", "all_reduce", 1);
+  }
+}
+
+FrJob world_job(int n) {
+  FrJob job(n);
+  std::vector<int> ranks(n);
+  for (int r = 0; r < n; ++r) ranks[r] = r;
+  job.add_group({"world", "default_pg", ranks, std::nullopt});
+  return job;
+}
+
+struct CliResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+class AnalyzerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/meshtrace-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  Report analyze(AnalyzeOptions options = {}) { return trace::analyze_directory(dir_, options); }
+
+  // Runs meshtrace with a time limit; stdout and stderr apart.
+  CliResult cli(const std::string& args) const {
+    const fs::path err = dir_.string() + ".stderr";
+    const std::string cmd = fmt::format("exec {} {} 2>'{}'", MESHRT_MESHTRACE, args, err.string());
+    const auto results = testing::run_ranks({"/bin/sh", "-c", cmd}, 1, std::chrono::seconds(60));
+    CliResult r{results[0].exit_code, results[0].output, read_text(err)};
+    fs::remove(err);
+    return r;
+  }
+
+  // Rewrites the JSON dumps as PyTorch FR pickles with Python's pickler (protocol 2): tuple
+  // process_group, None for unknown discovery times, and with `torch_shape` only the keys
+  // PyTorch writes (no meshrt extras, so p2p peers and channels come from profiling_name).
+  void to_pickles(bool torch_shape) const {
+    const char* script = R"(
+import json, pickle, sys, os
+torch_shape = sys.argv[1] == "torch"
+for src in sys.argv[2:]:
+    with open(src) as f:
+        d = json.load(f)
+    entries = d.get("entries", [])
+    for e in entries:
+        e["process_group"] = tuple(e["process_group"])
+        for k in ("time_discovered_started_ns", "time_discovered_completed_ns"):
+            if not e.get(k):
+                e[k] = None
+        if torch_shape:
+            for k in ("mesh_dim", "group_ranks", "group_rank", "scope", "peer", "root",
+                      "p2p_channel_seq", "reduce_op", "error", "caller"):
+                e.pop(k, None)
+            e["frames"] = [{"name": "step", "filename": "train.py", "line": 7}]
+    d["entries"] = entries
+    if torch_shape:
+        for k in ("meshrt_dump_version", "producer", "rank", "world_size", "host", "pid",
+                  "run_id", "dump_reason", "trigger", "clock", "buffer_size", "records_dropped"):
+            d.pop(k, None)
+        for g in d["pg_config"].values():
+            g.pop("store_key", None)
+            g.pop("mesh_dim", None)
+    with open(src, "wb") as f:
+        pickle.dump(d, f, protocol=2)
+)";
+    std::vector<std::string> argv = {kPython, "-c", script, torch_shape ? "torch" : "meshrt"};
+    for (const auto& e : fs::directory_iterator(dir_)) argv.push_back(e.path().string());
+    const auto r = testing::run_ranks(argv, 1, std::chrono::seconds(60));
+    ASSERT_EQ(r[0].exit_code, 0) << r[0].output;
+  }
+
+  fs::path dir_;
+};
+
+#define SKIP_WITHOUT_PYTHON() \
+  if (!fs::exists(kPython)) GTEST_SKIP() << kPython << " is absent"
+
+std::string describe(const Report& report) { return trace::format_text(report); }
+
+TEST_F(AnalyzerTest, CleanJobHasNoFindings) {
+  FrJob job = mesh_job();
+  train(job, 5);
+  job.write(dir_);
+  const Report report = analyze();
+  EXPECT_TRUE(report.findings.empty()) << describe(report);
+  EXPECT_EQ(report.ranks, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
+  // Per step: 2 tp groups x 2 ops + 4 dp groups + world.
+  EXPECT_EQ(report.collectives_checked, 5 * (2 * 2 + 4 + 1));
+  const CliResult r = cli("analyze " + dir_.string());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("no problem found"), std::string::npos) << r.out;
+}
+
+// The issue's example: rank 6 never joins tp's all_reduce because it waits in a dp all_gather
+// that its dp peer (rank 2) never called. The dp op is the root; the tp one follows from it.
+TEST_F(AnalyzerTest, FollowsWaitsAcrossGroupsToTheRoot) {
+  FrJob job = mesh_job();
+  train(job, 3);
+  job.call(6, "mesh0/dp", "all_gather", 64, "started");
+  for (const int r : {0, 1, 2, 3}) job.call(r, "mesh0/tp", "all_reduce", 1024);
+  for (const int r : {4, 5, 7}) job.call(r, "mesh0/tp", "all_reduce", 1024, "started");
+  job.write(dir_);
+  const Report report = analyze();
+  ASSERT_EQ(report.findings.size(), 2u) << describe(report);
+
+  const Finding& root = report.findings[0];
+  EXPECT_TRUE(root.root);
+  EXPECT_EQ(root.kind, FindingKind::kNotJoined);
+  EXPECT_EQ(root.group, "mesh0/dp");
+  EXPECT_EQ(root.group_ranks, (std::vector<int>{2, 6}));
+  EXPECT_EQ(root.mesh_dim, "dp");
+  EXPECT_EQ(root.seq, 4);
+  EXPECT_EQ(root.op, "all_gather");
+  EXPECT_EQ(root.missing_ranks, std::vector<int>{2});
+  EXPECT_EQ(root.culprit_ranks, std::vector<int>{2});
+  EXPECT_NE(root.detail.find("rank 2 has nothing pending"), std::string::npos) << root.detail;
+
+  const Finding& tp = report.findings[1];
+  EXPECT_FALSE(tp.root);
+  EXPECT_EQ(tp.kind, FindingKind::kNotJoined);
+  EXPECT_EQ(tp.group, "mesh0/tp");
+  EXPECT_EQ(tp.group_ranks, (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_EQ(tp.seq, 7);
+  EXPECT_EQ(tp.missing_ranks, std::vector<int>{6});
+  EXPECT_EQ(tp.culprit_ranks, std::vector<int>{6});
+  EXPECT_NE(tp.detail.find("rank 6 did not join all_reduce #7"), std::string::npos) << tp.detail;
+  EXPECT_NE(tp.detail.find("rank 6 is blocked in all_gather #4 on dim dp"), std::string::npos)
+      << tp.detail;
+  EXPECT_NE(tp.detail.find("which rank 2 did not join"), std::string::npos) << tp.detail;
+
+  const std::string text = trace::format_text(report);
+  EXPECT_LT(text.find("Root causes"), text.find("mesh dim dp, group mesh0/dp [2, 6]"));
+  EXPECT_LT(text.find("mesh dim dp, group mesh0/dp [2, 6]"), text.find("Consequences"));
+  EXPECT_NE(text.find("mesh dim tp, group mesh0/tp [4, 5, 6, 7]: rank 6 did not join"),
+            std::string::npos)
+      << text;
+}
+
+// Rank 0 waits in group a for rank 1, which waits in group b for rank 0: neither finding follows
+// from the other alone; both are reported as roots of one deadlock.
+TEST_F(AnalyzerTest, WaitCycleIsADeadlock) {
+  FrJob job = world_job(2);
+  job.add_group({"a", "a", {0, 1}, std::nullopt});
+  job.add_group({"b", "b", {0, 1}, std::nullopt});
+  job.collective("world", "all_reduce", 4);
+  job.call(0, "a", "all_reduce", 4, "started");
+  job.call(1, "b", "all_reduce", 4, "started");
+  job.write(dir_);
+  const Report report = analyze();
+  ASSERT_EQ(report.findings.size(), 2u) << describe(report);
+  for (const Finding& f : report.findings) {
+    EXPECT_TRUE(f.root);
+    EXPECT_NE(f.detail.find("cycle (a deadlock)"), std::string::npos) << f.detail;
+  }
+  EXPECT_EQ(report.findings[0].group, "a");
+  EXPECT_EQ(report.findings[0].culprit_ranks, std::vector<int>{1});
+  EXPECT_NE(report.findings[0].detail.find("rank 1 is blocked in all_reduce #1 in group b"),
+            std::string::npos)
+      << report.findings[0].detail;
+}
+
+// Ranks 1-3 finished the program; rank 0 issued one more all_reduce: the one who issued it is
+// to blame, not the three who never called it.
+TEST_F(AnalyzerTest, BlamesAMinorityThatIssuedAnExtraCollective) {
+  FrJob job = world_job(4);
+  for (int i = 0; i < 4; ++i) job.collective("world", "all_reduce", 32);
+  job.call(0, "world", "all_reduce", 32, "started");
+  job.write(dir_);
+  const Report report = analyze();
+  ASSERT_EQ(report.findings.size(), 1u) << describe(report);
+  const Finding& f = report.findings[0];
+  EXPECT_EQ(f.kind, FindingKind::kNotJoined);
+  EXPECT_EQ(f.seq, 5);
+  EXPECT_EQ(f.culprit_ranks, std::vector<int>{0});
+  EXPECT_EQ(f.missing_ranks, (std::vector<int>{1, 2, 3}));
+  EXPECT_NE(f.detail.find("rank 0 issued all_reduce #5 that ranks [1, 2, 3] never called"),
+            std::string::npos)
+      << f.detail;
+  EXPECT_NE(f.detail.find("their last op in this group, all_reduce #4, completed"),
+            std::string::npos)
+      << f.detail;
+}
+
+// 7 of 8 ranks agree: the odd one is the culprit, whichever rank it is (rank 0 included: the
+// file that loads first) and in whatever order the dumps are given.
+TEST_F(AnalyzerTest, MajorityBlameIndependentOfLoadOrder) {
+  for (int odd = 0; odd < 8; ++odd) {
+    FrJob job = world_job(8);
+    job.collective("world", "all_reduce", 64);
+    job.collective("world", "all_reduce", 64);
+    for (int r = 0; r < 8; ++r) job.call(r, "world", r == odd ? "all_gather" : "all_reduce", 64);
+    job.collective("world", "all_reduce", 64);
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    job.write(dir_);
+    auto dumps = trace::read_dumps(trace::find_dump_files(dir_, ""));
+    std::shuffle(dumps.begin(), dumps.end(), std::mt19937(odd));
+    const Report report = trace::analyze(std::move(dumps), {});
+    ASSERT_EQ(report.findings.size(), 1u) << "odd rank " << odd << "\n" << describe(report);
+    const Finding& f = report.findings[0];
+    EXPECT_EQ(f.kind, FindingKind::kTypeMismatch);
+    EXPECT_EQ(f.seq, 3);
+    EXPECT_EQ(f.culprit_ranks, std::vector<int>{odd});
+    EXPECT_NE(f.detail.find(fmt::format("rank {} called all_gather", odd)), std::string::npos)
+        << f.detail;
+    EXPECT_NE(f.detail.find("7 of 8 agree"), std::string::npos) << f.detail;
+  }
+}
+
+TEST_F(AnalyzerTest, SizeMismatch) {
+  FrJob job = world_job(4);
+  job.collective("world", "all_reduce", 1024);
+  for (int r = 0; r < 4; ++r) job.call(r, "world", "all_reduce", r == 3 ? 512 : 1024);
+  job.write(dir_);
+  const Report report = analyze();
+  ASSERT_EQ(report.findings.size(), 1u) << describe(report);
+  EXPECT_EQ(report.findings[0].kind, FindingKind::kSizeMismatch);
+  EXPECT_EQ(report.findings[0].seq, 2);
+  EXPECT_EQ(report.findings[0].culprit_ranks, std::vector<int>{3});
+  EXPECT_NE(report.findings[0].detail.find("[[512]]"), std::string::npos);
+}
+
+TEST_F(AnalyzerTest, DtypeMismatch) {
+  FrJob job = world_job(4);
+  for (int r = 0; r < 4; ++r) {
+    job.call(r, "world", "all_gather", 16, "completed", r == 2 ? "Half" : "Float");
+  }
+  job.write(dir_);
+  const Report report = analyze();
+  ASSERT_EQ(report.findings.size(), 1u) << describe(report);
+  EXPECT_EQ(report.findings[0].kind, FindingKind::kDtypeMismatch);
+  EXPECT_EQ(report.findings[0].culprit_ranks, std::vector<int>{2});
+  EXPECT_NE(report.findings[0].detail.find("Half"), std::string::npos);
+}
+
+TEST_F(AnalyzerTest, StateMismatch) {
+  FrJob job = world_job(4);
+  job.collective("world", "all_reduce", 16);
+  for (int r = 0; r < 4; ++r)
+    job.call(r, "world", "all_gather", 16, r == 3 ? "scheduled" : "started");
+  job.write(dir_);
+  const Report report = analyze();
+  ASSERT_EQ(report.findings.size(), 1u) << describe(report);
+  EXPECT_EQ(report.findings[0].kind, FindingKind::kStateMismatch);
+  EXPECT_EQ(report.findings[0].seq, 2);
+  EXPECT_EQ(report.findings[0].culprit_ranks, std::vector<int>{3});
+}
+
+// A symmetric collective completed on some ranks completed everywhere: ranks whose dump still
+// shows it running (or shows nothing yet) only dumped earlier. No finding.
+TEST_F(AnalyzerTest, CompletedSymmetricCollectiveIsNoFinding) {
+  FrJob job = world_job(4);
+  job.collective("world", "all_reduce", 16);
+  for (int r = 0; r < 3; ++r)
+    job.call(r, "world", "all_reduce", 16, r == 0 ? "completed" : "started");
+  job.write(dir_);
+  const Report report = analyze();
+  EXPECT_TRUE(report.findings.empty()) << describe(report);
+}
+
+TEST_F(AnalyzerTest, AllToAllNumelMismatch) {
+  FrJob job = world_job(4);
+  for (int r = 0; r < 4; ++r) {
+    testing::FrEntry& e = job.call(r, "world", "all_to_all", 16, "started");
+    if (r == 3) e.output_sizes = {{12}};
+  }
+  job.write(dir_);
+  const Report report = analyze();
+  ASSERT_EQ(report.findings.size(), 1u) << describe(report);
+  EXPECT_EQ(report.findings[0].kind, FindingKind::kNumelMismatch);
+  EXPECT_EQ(report.findings[0].culprit_ranks, std::vector<int>{3});
+  EXPECT_NE(report.findings[0].detail.find("send 64 elements in all but receive 60"),
+            std::string::npos)
+      << report.findings[0].detail;
+}
+
+// Uneven all_to_all splits that add up are fine.
+TEST_F(AnalyzerTest, UnevenAllToAllThatAddsUpIsFine) {
+  FrJob job = world_job(2);
+  job.call(0, "world", "all_to_all", 10).output_sizes = {{6}};
+  job.call(1, "world", "all_to_all", 2).output_sizes = {{6}};
+  job.write(dir_);
+  const Report report = analyze();
+  EXPECT_TRUE(report.findings.empty()) << describe(report);
+}
+
+// Rank 2 skipped one all_reduce: its later ops carry lower sequence numbers, so every later
+// op of the group disagrees. Only the first mismatch is a root.
+TEST_F(AnalyzerTest, SkippedCollectiveShiftsSequenceNumbers) {
+  FrJob job = world_job(4);
+  for (int step = 0; step < 4; ++step) {
+    for (int r = 0; r < 4; ++r) {
+      if (!(step == 1 && r == 2)) job.call(r, "world", "all_reduce", 128);
+      job.call(r, "world", "all_gather", 32, step == 3 ? "started" : "completed");
+    }
+  }
+  job.write(dir_);
+  const Report report = analyze();
+  ASSERT_FALSE(report.findings.empty());
+  const Finding& root = report.findings[0];
+  EXPECT_TRUE(root.root);
+  EXPECT_EQ(root.kind, FindingKind::kTypeMismatch);
+  EXPECT_EQ(root.seq, 3);
+  EXPECT_EQ(root.culprit_ranks, std::vector<int>{2});
+  bool shifted = false;
+  for (size_t i = 1; i < report.findings.size(); ++i) {
+    EXPECT_FALSE(report.findings[i].root) << describe(report);
+    shifted |= report.findings[i].detail.find("sequence numbers shifted") != std::string::npos;
+  }
+  EXPECT_TRUE(shifted) << describe(report);
+}
+
+TEST_F(AnalyzerTest, CoalescedGroups) {
+  FrJob job = world_job(4);
+  for (int r = 0; r < 4; ++r) job.coalesced(r, "world", {{"all_reduce", 16}, {"all_reduce", 32}});
+  for (int r = 0; r < 4; ++r) {
+    job.coalesced(r, "world", {{"all_reduce", 16}, {"all_reduce", r == 1 ? 64 : 32}}, "started");
+  }
+  job.write(dir_);
+  const Report report = analyze();
+  ASSERT_EQ(report.findings.size(), 1u) << describe(report);
+  const Finding& f = report.findings[0];
+  EXPECT_EQ(f.kind, FindingKind::kSizeMismatch);
+  EXPECT_EQ(f.seq, 2);
+  EXPECT_EQ(f.op, "coalesced");
+  EXPECT_EQ(f.culprit_ranks, std::vector<int>{1});
+  EXPECT_NE(f.detail.find("(member 2)"), std::string::npos) << f.detail;
+}
+
+TEST_F(AnalyzerTest, CoalescedGroupOfAnotherLength) {
+  FrJob job = world_job(4);
+  for (int r = 0; r < 4; ++r) {
+    if (r == 0) {
+      job.coalesced(r, "world", {{"all_reduce", 16}}, "started");
+    } else {
+      job.coalesced(r, "world", {{"all_reduce", 16}, {"all_reduce", 32}}, "started");
+    }
+  }
+  job.write(dir_);
+  const Report report = analyze();
+  ASSERT_EQ(report.findings.size(), 1u) << describe(report);
+  EXPECT_EQ(report.findings[0].kind, FindingKind::kSizeMismatch);
+  EXPECT_EQ(report.findings[0].culprit_ranks, std::vector<int>{0});
+  EXPECT_NE(report.findings[0].detail.find("coalesced 1 op while"), std::string::npos);
+}
+
+TEST_F(AnalyzerTest, LoneSendAndLoneRecv) {
+  FrJob job = world_job(3);
+  job.add_group({"pp01", "pp", {0, 1}, "pp"});
+  job.add_group({"pp12", "pp", {1, 2}, "pp"});
+  for (int i = 0; i < 2; ++i) {
+    job.send(0, "pp01", 1, 8);
+    job.recv(1, "pp01", 0, 8);
+  }
+  job.send(0, "pp01", 1, 8, "started");  // Rank 1 never receives it.
+  job.recv(2, "pp12", 1, 8, "started");  // Rank 1 never sends it.
+  job.write(dir_);
+  const Report report = analyze();
+  ASSERT_EQ(report.findings.size(), 2u) << describe(report);
+  const Finding& send = report.findings[0];
+  EXPECT_EQ(send.kind, FindingKind::kNotJoined);
+  EXPECT_EQ(send.group, "pp01");
+  EXPECT_EQ(send.op, "send");
+  EXPECT_EQ(send.seq, 3);
+  EXPECT_EQ(send.missing_ranks, std::vector<int>{1});
+  EXPECT_EQ(send.culprit_ranks, std::vector<int>{1});
+  EXPECT_NE(send.detail.find("rank 1 did not post the recv matching rank 0's send #3 to rank 1"),
+            std::string::npos)
+      << send.detail;
+  const Finding& recv = report.findings[1];
+  EXPECT_EQ(recv.group, "pp12");
+  EXPECT_EQ(recv.op, "recv");
+  EXPECT_EQ(recv.seq, 1);
+  EXPECT_EQ(recv.missing_ranks, std::vector<int>{1});
+}
+
+// Four pipeline stages pass 4 microbatches forward; stage 2 skipped its recv of microbatch 3,
+// so stage 1's last send never finds its recv. One finding, on channel 1->2.
+TEST_F(AnalyzerTest, PipelineStageThatSkippedARecv) {
+  FrJob job = world_job(4);
+  for (int mb = 1; mb <= 4; ++mb) {
+    for (int stage = 0; stage < 4; ++stage) {
+      if (stage > 0 && !(stage == 2 && mb == 3)) job.recv(stage, "world", stage - 1, 256);
+      if (stage < 3) {
+        job.send(stage, "world", stage + 1, 256, stage == 1 && mb == 4 ? "started" : "completed");
+      }
+    }
+  }
+  job.write(dir_);
+  const Report report = analyze();
+  ASSERT_EQ(report.findings.size(), 1u) << describe(report);
+  const Finding& f = report.findings[0];
+  EXPECT_EQ(f.kind, FindingKind::kNotJoined);
+  EXPECT_EQ(f.op, "send");
+  EXPECT_EQ(f.seq, 4);
+  EXPECT_EQ(f.culprit_ranks, std::vector<int>{2});
+  EXPECT_EQ(f.missing_ranks, std::vector<int>{2});
+  EXPECT_TRUE(f.root);
+}
+
+TEST_F(AnalyzerTest, P2pSizeMismatch) {
+  FrJob job = world_job(2);
+  job.send(0, "world", 1, 8);
+  job.recv(1, "world", 0, 4);
+  job.write(dir_);
+  const Report report = analyze();
+  ASSERT_EQ(report.findings.size(), 1u) << describe(report);
+  EXPECT_EQ(report.findings[0].kind, FindingKind::kSizeMismatch);
+  EXPECT_EQ(report.findings[0].culprit_ranks, (std::vector<int>{0, 1}));
+}
+
+// Rings that wrapped at different points: busy ranks lost more records, one lost every record
+// of a group, one kept only the tail of a coalesced group. None of it is a finding; the real
+// hang at the end still is.
+TEST_F(AnalyzerTest, WrappedRingsGiveNoFalseFindings) {
+  FrJob job = mesh_job();
+  for (int r = 0; r < 8; ++r) job.coalesced(r, "world", {{"all_reduce", 8}, {"all_gather", 8}});
+  job.collective("mesh0/dp", "broadcast", 16);  // Completing it proves nothing about the others.
+  train(job, 2);
+  for (int i = 0; i < 30; ++i) job.collective("mesh0/tp", "all_reduce", 64);
+  for (const int r : {0, 1, 2, 3, 4, 5, 7}) job.call(r, "world", "all_reduce", 4, "started");
+  job.keep_last(0, 10);  // Only tp records left (and the hang): no dp record at all.
+  job.keep_last(1, 25);
+  job.keep_last(5, 42);  // Starts inside the coalesced group.
+  job.write(dir_);
+  ASSERT_EQ(job.dump(5).entries.front().type, "all_gather");
+  const Report report = analyze();
+  ASSERT_EQ(report.findings.size(), 1u) << describe(report);
+  EXPECT_EQ(report.findings[0].kind, FindingKind::kNotJoined);
+  EXPECT_EQ(report.findings[0].group, "world");
+  EXPECT_EQ(report.findings[0].missing_ranks, std::vector<int>{6});
+}
+
+TEST_F(AnalyzerTest, MissingDumpFiles) {
+  FrJob job = mesh_job();
+  train(job, 2);
+  job.write(dir_, "fr_", {0, 1, 2, 4, 5, 6, 7});
+  EXPECT_THROW(analyze(), trace::InputError);
+  const CliResult bad = cli("analyze " + dir_.string());
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("missing dump files from rank 3"), std::string::npos) << bad.err;
+  EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << bad.err;
+
+  const CliResult ok = cli("analyze " + dir_.string() + " --allow-incomplete-ranks --json");
+  EXPECT_EQ(ok.exit_code, 1) << ok.err;
+  const auto j = nlohmann::json::parse(ok.out);
+  ASSERT_EQ(j["findings"].size(), 1u) << ok.out;
+  EXPECT_EQ(j["findings"][0]["kind"], "missing_dump");
+  EXPECT_EQ(j["findings"][0]["missing_ranks"], nlohmann::json::array({3}));
+  EXPECT_EQ(j["findings"][0]["group"], "world");
+  EXPECT_EQ(j["ranks"], nlohmann::json::array({0, 1, 2, 4, 5, 6, 7}));
+}
+
+TEST_F(AnalyzerTest, VersionMismatchIsRefused) {
+  FrJob job = world_job(3);
+  job.collective("world", "all_reduce", 4);
+  job.dump(2).version = "2.8";
+  job.write(dir_);
+  const CliResult r = cli("analyze " + dir_.string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("different versions"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("version 2.8 (meshrt_dump_version 1) from rank 2"), std::string::npos)
+      << r.err;
+
+  job.dump(2).version = "2.10";
+  job.dump(1).meshrt_dump_version = 2;
+  job.write(dir_);
+  const CliResult newer = cli("analyze " + dir_.string());
+  EXPECT_EQ(newer.exit_code, 2);
+  EXPECT_NE(newer.err.find("meshrt_dump_version 2 is newer"), std::string::npos) << newer.err;
+}
+
+TEST_F(AnalyzerTest, CorruptJsonIsNamed) {
+  FrJob job = world_job(3);
+  job.collective("world", "all_reduce", 4);
+  job.write(dir_);
+  const std::string text = read_text(dir_ / "fr_1");
+  write_text(dir_ / "fr_1", text.substr(0, text.size() / 2));
+  const CliResult r = cli("analyze " + dir_.string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("fr_1"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("truncated"), std::string::npos) << r.err;
+
+  write_text(dir_ / "fr_1", "{\"version\": \"2.10\", \"pg_config\": {}, \"entries\": [1,,2]}");
+  const CliResult garbage = cli("analyze " + dir_.string());
+  EXPECT_EQ(garbage.exit_code, 2);
+  EXPECT_NE(garbage.err.find("fr_1"), std::string::npos) << garbage.err;
+}
+
+TEST_F(AnalyzerTest, PrefixInferenceAndFiles) {
+  FrJob job = world_job(2);
+  job.collective("world", "all_reduce", 4);
+  fs::create_directories(dir_ / "node0");
+  fs::create_directories(dir_ / "node1");
+  job.write(dir_ / "node0", "trace_rank_", {0});
+  job.write(dir_ / "node1", "trace_rank_", {1});
+  write_text(dir_ / "node1" / "trace_rank_1.tmp.4242", "partial");  // A writer's temp file.
+  EXPECT_EQ(analyze().ranks, (std::vector<int>{0, 1}));
+
+  write_text(dir_ / "other_7", "{}");
+  const CliResult r = cli("analyze " + dir_.string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("'trace_rank_' (2 files), 'other_' (1 file)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("pass --prefix"), std::string::npos) << r.err;
+  EXPECT_EQ(cli("analyze " + dir_.string() + " --prefix trace_rank_").exit_code, 0);
+}
+
+TEST_F(AnalyzerTest, CliJsonAndFlags) {
+  FrJob job = world_job(4);
+  job.collective("world", "all_reduce", 4);
+  for (int r = 0; r < 4; ++r) job.call(r, "world", "all_reduce", r == 1 ? 8 : 4);
+  job.write(dir_);
+  const CliResult r = cli("analyze " + dir_.string() + " --json");
+  ASSERT_EQ(r.exit_code, 1) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["ranks"], nlohmann::json::array({0, 1, 2, 3}));
+  EXPECT_EQ(j["collectives_checked"], 2);
+  ASSERT_EQ(j["findings"].size(), 1u);
+  const auto& f = j["findings"][0];
+  EXPECT_EQ(f["kind"], "size_mismatch");
+  EXPECT_EQ(f["group"], "world");
+  EXPECT_EQ(f["group_ranks"], nlohmann::json::array({0, 1, 2, 3}));
+  EXPECT_TRUE(f["mesh_dim"].is_null());
+  EXPECT_EQ(f["seq"], 2);
+  EXPECT_EQ(f["op"], "all_reduce");
+  EXPECT_EQ(f["culprit_ranks"], nlohmann::json::array({1}));
+  EXPECT_EQ(f["missing_ranks"], nlohmann::json::array());
+  EXPECT_TRUE(f["detail"].is_string());
+
+  const CliResult help = cli("analyze --help");
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(help.out.find("--allow-incomplete-ranks"), std::string::npos);
+  const CliResult bad = cli("analyze " + dir_.string() + " --frobnicate");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << bad.err;
+  EXPECT_EQ(cli("analyze").exit_code, 2);
+  EXPECT_EQ(cli("analyze " + dir_.string() + " --selected-ranks 1").exit_code, 2);  // needs -j
+  EXPECT_EQ(cli("analyze /nonexistent/dir").exit_code, 2);
+}
+
+TEST_F(AnalyzerTest, JustPrintEntries) {
+  FrJob job = mesh_job();
+  train(job, 1);
+  job.write(dir_);
+  const CliResult r =
+      cli("analyze " + dir_.string() + " -j --selected-ranks 0 5 --pg-filters mesh_tp");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::istringstream lines(r.out);
+  std::string header, rule, row1, row2, extra;
+  std::getline(lines, header);
+  std::getline(lines, rule);
+  std::getline(lines, row1);
+  std::getline(lines, row2);
+  EXPECT_EQ(header.substr(0, 6), "rank 0");
+  EXPECT_NE(header.find("| rank 5"), std::string::npos) << r.out;
+  EXPECT_NE(row1.find("mesh0/tp #1 all_reduce [[1024]] Float completed"), std::string::npos)
+      << r.out;
+  EXPECT_NE(row2.find("all_gather"), std::string::npos) << r.out;
+  EXPECT_FALSE(std::getline(lines, extra)) << r.out;  // Only the two tp entries.
+}
+
+TEST_F(AnalyzerTest, PyTorchPicklesCleanAndMismatched) {
+  SKIP_WITHOUT_PYTHON();
+  FrJob job = mesh_job();
+  train(job, 2);
+  for (int r = 0; r < 8; ++r)
+    job.call(r, "world", r == 5 ? "broadcast" : "all_reduce", 8, "started");
+  job.write(dir_);
+  to_pickles(true);
+  ASSERT_EQ(static_cast<unsigned char>(read_text(dir_ / "fr_0")[0]), 0x80);
+  const Report report = analyze();
+  ASSERT_EQ(report.findings.size(), 1u) << describe(report);
+  EXPECT_EQ(report.findings[0].kind, FindingKind::kTypeMismatch);
+  EXPECT_EQ(report.findings[0].culprit_ranks, std::vector<int>{5});
+  EXPECT_FALSE(report.findings[0].mesh_dim.has_value());
+  EXPECT_EQ(report.collectives_checked, 2 * (2 * 2 + 4 + 1) + 1);
+}
+
+// PyTorch dumps carry no peer or channel numbers: both come from profiling_name ("send 1->2",
+// group-local ranks mapped through sorted(group ranks)) and counting.
+TEST_F(AnalyzerTest, PyTorchPicklePipeline) {
+  SKIP_WITHOUT_PYTHON();
+  FrJob job(8);
+  job.add_group({"pp", "pp", {1, 3, 5, 7}, std::nullopt});
+  for (int mb = 1; mb <= 3; ++mb) {
+    for (int s = 0; s < 4; ++s) {
+      const int rank = 2 * s + 1;
+      if (s > 0 && !(s == 3 && mb == 3)) job.recv(rank, "pp", rank - 2, 64);
+      if (s < 3) job.send(rank, "pp", rank + 2, 64, s == 2 && mb == 3 ? "started" : "completed");
+    }
+  }
+  job.write(dir_, "fr_", {1, 3, 5, 7});
+  to_pickles(true);
+  const Report report = analyze();
+  ASSERT_EQ(report.findings.size(), 1u) << describe(report);
+  EXPECT_EQ(report.findings[0].op, "send");
+  EXPECT_EQ(report.findings[0].seq, 3);
+  EXPECT_EQ(report.findings[0].culprit_ranks, std::vector<int>{7});
+  EXPECT_NE(report.findings[0].detail.find("p2p channel 5->7"), std::string::npos)
+      << report.findings[0].detail;
+}
+
+TEST_F(AnalyzerTest, MeshrtPicklesKeepMeshDims) {
+  SKIP_WITHOUT_PYTHON();
+  FrJob job = mesh_job();
+  train(job, 1);
+  job.call(6, "mesh0/dp", "all_gather", 64, "started");
+  job.write(dir_);
+  to_pickles(false);
+  const Report report = analyze();
+  ASSERT_EQ(report.findings.size(), 1u) << describe(report);
+  EXPECT_EQ(report.findings[0].mesh_dim, "dp");
+  EXPECT_EQ(report.findings[0].missing_ranks, std::vector<int>{2});
+}
+
+TEST_F(AnalyzerTest, TruncatedAndUnsafePicklesAreRefused) {
+  SKIP_WITHOUT_PYTHON();
+  FrJob job = world_job(2);
+  job.collective("world", "all_reduce", 4);
+  job.write(dir_);
+  to_pickles(true);
+  const std::string bytes = read_text(dir_ / "fr_1");
+  write_text(dir_ / "fr_1", bytes.substr(0, bytes.size() - 40));
+  const CliResult truncated = cli("analyze " + dir_.string());
+  EXPECT_EQ(truncated.exit_code, 2);
+  EXPECT_NE(truncated.err.find("fr_1"), std::string::npos) << truncated.err;
+  EXPECT_NE(truncated.err.find("truncated"), std::string::npos) << truncated.err;
+
+  // A pickle that would run code: a class instance (GLOBAL + REDUCE) inside a dump.
+  const std::string script =
+      "import pickle, datetime, sys\n"
+      "pickle.dump({'version': '2.10', 'pg_config': {}, 'entries': [],"
+      " 'x': datetime.date(2020, 1, 1)}, open(sys.argv[1], 'wb'), protocol=2)\n";
+  const auto r = testing::run_ranks({kPython, "-c", script, (dir_ / "fr_1").string()}, 1,
+                                    std::chrono::seconds(60));
+  ASSERT_EQ(r[0].exit_code, 0) << r[0].output;
+  const CliResult unsafe = cli("analyze " + dir_.string());
+  EXPECT_EQ(unsafe.exit_code, 2);
+  EXPECT_NE(unsafe.err.find("fr_1"), std::string::npos) << unsafe.err;
+  EXPECT_NE(unsafe.err.find("opcode GLOBAL (0x63) is not allowed"), std::string::npos)
+      << unsafe.err;
+}
+
+// The reader against Python's own pickler: every plain-data opcode of protocols 2 and 4,
+// shared (memoized) objects, and the expected value from Python's json module; as a DOM and
+// as the JSON text the dump reader parses.
+TEST_F(AnalyzerTest, PickleReaderMatchesPython) {
+  SKIP_WITHOUT_PYTHON();
+  const std::string script = R"(
+import json, pickle, sys
+shared = [1, 2]
+obj = {"ints": [0, 1, 255, 256, 65535, 65536, -1, -129, 2**31 - 1, -2**31, 2**31, 2**40,
+                -2**40, 2**63 - 1, -2**63],
+       "floats": [0.25, -1.5e300, 1e-300],
+       "none": None, "t": True, "f": False, "text": "héllo \u2603 \U0001F600", "ctl": "a\tb\nc\"d\\e\x01",
+       "tuple1": (1,), "tuple2": ("a", "b"), "tuple3": (1, 2, 3), "tuple0": (),
+       "nested": [[shared, shared], {"k": shared}], "big": list(range(2500)),
+       "dict": {str(i): i for i in range(1200)}}
+for proto in (2, 4):
+    with open(sys.argv[1] + str(proto), "wb") as f:
+        pickle.dump(obj, f, protocol=proto)
+with open(sys.argv[1] + "json", "w") as f:
+    json.dump(obj, f)
+)";
+  const std::string base = (dir_ / "obj.").string();
+  const auto r = testing::run_ranks({kPython, "-c", script, base}, 1, std::chrono::seconds(60));
+  ASSERT_EQ(r[0].exit_code, 0) << r[0].output;
+  const auto expected = nlohmann::json::parse(read_text(base + "json"));
+  for (const char* proto : {"2", "4"}) {
+    const std::string bytes = read_text(base + proto);
+    const std::span<const std::byte> data(reinterpret_cast<const std::byte*>(bytes.data()),
+                                          bytes.size());
+    EXPECT_EQ(trace::read_pickle(data), expected) << "protocol " << proto;
+    EXPECT_EQ(nlohmann::json::parse(trace::pickle_to_json_text(data)), expected)
+        << "protocol " << proto;
+  }
+}
+
+TEST(PickleReader, RejectsMalformedInput) {
+  auto read = [](std::string_view bytes) {
+    return trace::read_pickle({reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()});
+  };
+  auto error = [&](std::string_view bytes) {
+    try {
+      read(bytes);
+    } catch (const trace::PickleError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  // Hex escapes are split from following hex-digit letters ("\x02" "c").
+  EXPECT_EQ(read("\x80\x02K\x07."s), 7);
+  EXPECT_NE(error("\x80\x02K\x07"s).find("ends before STOP"), std::string::npos);
+  EXPECT_NE(error("\x80\x02X\x10\x00\x00\x00"
+                  "ab."s)
+                .find("truncated"),
+            std::string::npos);
+  EXPECT_NE(error("\x80\x02"
+                  "cos\nsystem\n."s)
+                .find("GLOBAL (0x63) is not allowed"),
+            std::string::npos);
+  EXPECT_NE(error("\x80\x02"
+                  "cos\nsystem\n."s)
+                .find("at offset 2"),
+            std::string::npos);
+  EXPECT_NE(error("\x80\x02]K\x01R."s).find("REDUCE"), std::string::npos);
+  EXPECT_NE(error("\x80\x02}K\x01K\x02s."s).find("not a string"), std::string::npos);
+  EXPECT_NE(error("\x80\x02h\x05."s).find("memo"), std::string::npos);
+  EXPECT_NE(error("\x80\x02K\x01K\x02."s).find("malformed stack"), std::string::npos);
+  // A list that contains itself.
+  EXPECT_NE(error("\x80\x02]q\x00h\x00"
+                  "a."s)
+                .find("nested too deeply"),
+            std::string::npos);
+  // Memo references that double at each level: a small file, a value of 2^40 nodes.
+  std::string laughs = "\x80\x02(]q\x00"s;
+  for (char i = 0; i < 40; ++i) {
+    laughs += "(h"s + i + "h" + i + "lq" + static_cast<char>(i + 1);
+  }
+  EXPECT_NE(error(laughs + "l.").find("expand"), std::string::npos);
+}
+
+TEST(JsonCursor, ReadsAndRejects) {
+  trace::JsonCursor c(R"( {"a": "x\"y\\u00e9\ud83d\ude00", "b": [1, -2, 3.5e2], "c": null} )");
+  std::string_view key;
+  c.begin_object();
+  ASSERT_TRUE(c.next_key(key));
+  EXPECT_EQ(key, "a");
+  EXPECT_EQ(c.read_string(), "x\"y\\u00e9\xF0\x9F\x98\x80");
+  ASSERT_TRUE(c.next_key(key));
+  c.begin_array();
+  ASSERT_TRUE(c.next_element());
+  EXPECT_EQ(c.read_int(), 1);
+  ASSERT_TRUE(c.next_element());
+  EXPECT_EQ(c.read_int(), -2);
+  ASSERT_TRUE(c.next_element());
+  c.skip_value();  // 3.5e2
+  EXPECT_FALSE(c.next_element());
+  ASSERT_TRUE(c.next_key(key));
+  EXPECT_TRUE(c.read_null());
+  EXPECT_FALSE(c.next_key(key));
+  c.expect_end();
+
+  for (const char* bad : {"{\"a\":1,}", "[1 2]", "{\"a\" 1}", "[01]", "\"abc", "[1]x",
+                          "{\"a\":tru}", "[\"\t\"]", "[1.]"}) {
+    trace::JsonCursor bc(bad);
+    EXPECT_THROW(
+        {
+          bc.skip_value();
+          bc.expect_end();
+        },
+        trace::JsonSyntaxError)
+        << bad;
+  }
+}
+
+}  // namespace
+}  // namespace meshrt

@@ -1,0 +1,613 @@
+#include "trace/dump_reader.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <thread>
+#include <unordered_map>
+
+#include "trace/json_cursor.h"
+#include "trace/pickle_reader.h"
+
+namespace meshrt::trace {
+namespace {
+
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+
+// `key == literal` with the length known at compile time, so that the compiler compares words
+// instead of calling memcmp: keys are compared a hundred million times per analysis.
+template <size_t N>
+bool is(std::string_view key, const char (&literal)[N]) {
+  return key.size() == N - 1 && std::memcmp(key.data(), literal, N - 1) == 0;
+}
+
+// "[0, 1, 2]" (c10d), "[0,1]" (torchcomms) or "0,1": the global ranks of a pg_config entry.
+std::vector<int> parse_rank_list(std::string_view text) {
+  std::vector<int> ranks;
+  for (size_t i = 0; i < text.size();) {
+    const char c = text[i];
+    if (c >= '0' && c <= '9') {
+      int v = 0;
+      const auto r = std::from_chars(text.data() + i, text.data() + text.size(), v);
+      if (r.ec != std::errc()) throw InputError(fmt::format("bad rank list '{}'", text));
+      ranks.push_back(v);
+      i = r.ptr - text.data();
+    } else if (c == '[' || c == ']' || c == ',' || c == ' ') {
+      ++i;
+    } else {
+      throw InputError(fmt::format("bad rank list '{}'", text));
+    }
+  }
+  return ranks;
+}
+
+class DumpParser {
+ public:
+  DumpParser(std::string_view text, int rank) : cur_(text) {
+    dump_.rank = rank;
+    dump_.symbols.emplace_back();
+    symbol_ids_.emplace("", 0);
+  }
+
+  RankDump run() {
+    bool has_version = false;
+    bool has_pg_config = false;
+    std::string_view key;
+    if (cur_.peek() != JsonKind::kObject) {
+      throw InputError("not a flight-recorder dump: the top level is not an object");
+    }
+    cur_.begin_object();
+    while (cur_.next_key(key)) {
+      if (is(key, "version")) {
+        dump_.version = cur_.read_string();
+        has_version = true;
+      } else if (is(key, "meshrt_dump_version")) {
+        dump_.meshrt_dump_version = cur_.read_int();
+      } else if (is(key, "rank")) {
+        file_rank_ = cur_.read_int();
+      } else if (is(key, "world_size")) {
+        dump_.world_size = cur_.read_int();
+      } else if (is(key, "records_dropped")) {
+        dump_.records_dropped = cur_.read_int();
+      } else if (is(key, "pg_config")) {
+        parse_pg_config();
+        has_pg_config = true;
+      } else if (is(key, "entries")) {
+        parse_entries();
+      } else {
+        cur_.skip_value();
+      }
+    }
+    cur_.expect_end();
+    if (!has_version) throw InputError("not a flight-recorder dump: no 'version'");
+    if (!has_pg_config) throw InputError("not a flight-recorder dump: no 'pg_config'");
+    if (file_rank_ && *file_rank_ != dump_.rank) {
+      throw InputError(fmt::format("the dump says rank {} but its file name gives rank {}",
+                                   *file_rank_, dump_.rank));
+    }
+    resolve();
+    return std::move(dump_);
+  }
+
+ private:
+  // Per-entry facts that need pg_config, which may come after the entries.
+  struct Unresolved {
+    uint32_t group_name = 0;
+    PoolSpan group_ranks;
+    int local_peer = -1;  // From profiling_name's meta, in group-local ranks.
+  };
+
+  uint32_t intern(std::string_view s) {
+    // Entries repeat a few strings (op, dtype, caller) thousands of times: a small cache in
+    // front of the hash map saves hashing most of them.
+    CacheSlot& slot =
+        cache_[(s.size() * 31 + (s.empty() ? 0
+                                           : static_cast<unsigned char>(s.front()) * 7u +
+                                                 static_cast<unsigned char>(s.back()))) %
+               cache_.size()];
+    if (slot.id != 0 && slot.text == s) return slot.id;
+    const auto it = symbol_ids_.find(s);
+    uint32_t id = 0;
+    if (it != symbol_ids_.end()) {
+      id = it->second;
+    } else {
+      id = static_cast<uint32_t>(dump_.symbols.size());
+      dump_.symbols.emplace_back(s);
+      symbol_ids_.emplace(std::string(s), id);
+    }
+    slot.text = s;
+    slot.id = id;
+    return id;
+  }
+
+  int64_t read_int_or_zero() { return cur_.read_null() ? 0 : cur_.read_int(); }
+
+  std::optional<std::string> read_optional_string() {
+    if (cur_.read_null()) return std::nullopt;
+    return std::string(cur_.read_string());
+  }
+
+  void parse_pg_config() {
+    std::string_view key;
+    cur_.begin_object();
+    while (cur_.next_key(key)) {
+      DumpGroup group;
+      group.name = key;
+      cur_.begin_object();
+      while (cur_.next_key(key)) {
+        if (is(key, "name")) {
+          group.name = cur_.read_string();
+        } else if (is(key, "desc")) {
+          group.desc = cur_.read_string();
+        } else if (is(key, "ranks")) {
+          if (cur_.peek() == JsonKind::kArray) {
+            cur_.begin_array();
+            while (cur_.next_element()) group.ranks.push_back(static_cast<int>(cur_.read_int()));
+          } else {
+            group.ranks = parse_rank_list(cur_.read_string());
+          }
+        } else if (is(key, "mesh_dim")) {
+          group.mesh_dim = read_optional_string();
+        } else {
+          cur_.skip_value();
+        }
+      }
+      const uint32_t name = intern(group.name);
+      if (listed_.size() <= name) listed_.resize(name + 1, false);
+      listed_[name] = true;
+      dump_.groups.push_back(std::move(group));
+    }
+  }
+
+  // The group name (a symbol) is in pg_config as parsed so far.
+  bool listed(uint32_t name) const { return name != 0 && name < listed_.size() && listed_[name]; }
+
+  PoolSpan parse_shapes() {
+    PoolSpan span{.offset = static_cast<uint32_t>(dump_.pool.size())};
+    cur_.begin_array();
+    while (cur_.next_element()) {
+      const size_t ndim_at = dump_.pool.size();
+      dump_.pool.push_back(0);
+      cur_.begin_array();
+      while (cur_.next_element()) {
+        dump_.pool.push_back(cur_.read_int());
+        ++dump_.pool[ndim_at];
+      }
+    }
+    span.size = static_cast<uint32_t>(dump_.pool.size() - span.offset);
+    return span;
+  }
+
+  PoolSpan parse_dtypes() {
+    PoolSpan span{.offset = static_cast<uint32_t>(dump_.pool.size())};
+    cur_.begin_array();
+    while (cur_.next_element()) dump_.pool.push_back(intern(cur_.read_string()));
+    span.size = static_cast<uint32_t>(dump_.pool.size() - span.offset);
+    return span;
+  }
+
+  // "gloo:send 0->1": the op and, for p2p, the peer's group-local rank.
+  void parse_profiling_name(std::string_view name, DumpEntry& e, Unresolved& u) {
+    const size_t colon = name.find(':');
+    if (colon != std::string_view::npos) name.remove_prefix(colon + 1);
+    const size_t space = name.find(' ');
+    e.type = intern(name.substr(0, space));
+    if (space == std::string_view::npos) return;
+    const std::string_view meta = name.substr(space + 1);
+    size_t arrow = meta.find("->");
+    if (arrow == std::string_view::npos) arrow = meta.find("<-");
+    if (arrow == std::string_view::npos) return;
+    const std::string_view peer = meta.substr(arrow + 2);
+    if (peer == "?") {
+      e.any_source = true;
+      return;
+    }
+    int local = -1;
+    const auto r = std::from_chars(peer.data(), peer.data() + peer.size(), local);
+    if (r.ec == std::errc()) u.local_peer = local;
+  }
+
+  void parse_frames(DumpEntry& e) {
+    std::string_view key;
+    cur_.begin_array();
+    while (cur_.next_element()) {
+      if (e.caller != 0) {
+        cur_.skip_value();
+        continue;
+      }
+      std::string file;
+      int64_t line = 0;
+      cur_.begin_object();
+      while (cur_.next_key(key)) {
+        if (is(key, "filename")) {
+          file = cur_.read_string();
+        } else if (is(key, "line")) {
+          line = cur_.read_int();
+        } else {
+          cur_.skip_value();
+        }
+      }
+      e.caller = intern(fmt::format("{}:{}", file, line));
+    }
+  }
+
+  void parse_state(std::string_view s, DumpEntry& e) {
+    if (s == "completed") {
+      e.state = EntryState::kCompleted;
+    } else if (s == "started") {
+      e.state = EntryState::kStarted;
+    } else if (s == "scheduled") {
+      e.state = EntryState::kScheduled;
+    } else {
+      throw InputError(fmt::format("entry {}: unknown state '{}'", dump_.entries.size(), s));
+    }
+  }
+
+  // Dispatches on the key's length first: a chain of 30 string compares per key would cost
+  // more than the rest of the parse.
+  void parse_entry() {
+    DumpEntry e;
+    Unresolved u;
+    std::string_view key;
+    int64_t peer = -1;
+    bool has_is_p2p = false;
+    cur_.begin_object();
+    while (cur_.next_key(key)) {
+      switch (key.size()) {
+        case 4:
+          if (is(key, "peer")) {
+            peer = cur_.read_int();
+            continue;
+          }
+          break;
+        case 5:
+          if (is(key, "state")) {
+            parse_state(cur_.read_string(), e);
+            continue;
+          }
+          if (is(key, "scope")) {
+            e.scope = intern(cur_.read_string());
+            continue;
+          }
+          break;
+        case 6:
+          if (is(key, "is_p2p")) {
+            e.is_p2p = cur_.read_bool();
+            has_is_p2p = true;
+            continue;
+          }
+          if (is(key, "caller")) {
+            if (const uint32_t c = intern(cur_.read_string()); c != 0) e.caller = c;
+            continue;
+          }
+          if (is(key, "frames")) {
+            parse_frames(e);
+            continue;
+          }
+          break;
+        case 9:
+          if (is(key, "record_id")) {
+            e.record_id = cur_.read_int();
+            continue;
+          }
+          break;
+        case 10:
+          if (is(key, "p2p_seq_id")) {
+            e.p2p_seq = cur_.read_int();
+            continue;
+          }
+          break;
+        case 11:
+          if (is(key, "input_sizes")) {
+            e.input_sizes = parse_shapes();
+            continue;
+          }
+          if (is(key, "group_ranks")) {
+            // Needed only for a group pg_config does not list; in a world of thousands it is
+            // the longest value of the entry.
+            if (listed(u.group_name)) break;
+            u.group_ranks.offset = static_cast<uint32_t>(dump_.pool.size());
+            cur_.begin_array();
+            while (cur_.next_element()) dump_.pool.push_back(cur_.read_int());
+            u.group_ranks.size = static_cast<uint32_t>(dump_.pool.size() - u.group_ranks.offset);
+            continue;
+          }
+          break;
+        case 12:
+          if (is(key, "output_sizes")) {
+            e.output_sizes = parse_shapes();
+            continue;
+          }
+          if (is(key, "input_dtypes")) {
+            e.input_dtypes = parse_dtypes();
+            continue;
+          }
+          break;
+        case 13:
+          if (is(key, "output_dtypes")) {
+            e.output_dtypes = parse_dtypes();
+            continue;
+          }
+          if (is(key, "process_group")) {
+            cur_.begin_array();
+            if (!cur_.next_element()) throw InputError("empty process_group");
+            u.group_name = intern(cur_.read_string());
+            while (cur_.next_element()) cur_.skip_value();
+            continue;
+          }
+          break;
+        case 14:
+          if (is(key, "profiling_name")) {
+            parse_profiling_name(cur_.read_string(), e, u);
+            continue;
+          }
+          break;
+        case 15:
+          if (is(key, "time_created_ns")) {
+            e.time_created_ns = read_int_or_zero();
+            continue;
+          }
+          if (is(key, "p2p_channel_seq")) {
+            e.channel_seq = cur_.read_int();
+            continue;
+          }
+          break;
+        case 17:
+          if (is(key, "collective_seq_id")) {
+            e.collective_seq = cur_.read_int();
+            continue;
+          }
+          break;
+        default:
+          break;
+      }
+      cur_.skip_value();
+    }
+    const std::string_view type = dump_.symbols[e.type];
+    const bool p2p_type = type == "send" || type == "recv";
+    if (!has_is_p2p) e.is_p2p = p2p_type;
+    if (p2p_type && peer >= 0) {
+      e.peer = static_cast<int32_t>(peer);
+      u.local_peer = -1;
+    }
+    dump_.entries.push_back(e);
+    unresolved_.push_back(u);
+  }
+
+  void parse_entries() {
+    cur_.begin_array();
+    while (cur_.next_element()) parse_entry();
+  }
+
+  // Entries to their group (by name, as pg_config lists it for this rank) and p2p peers named
+  // only by group-local rank to global ranks (sorted(pg ranks)[local], as torchfrtrace maps them).
+  void resolve() {
+    std::unordered_map<std::string_view, uint32_t> by_name;
+    for (size_t g = 0; g < dump_.groups.size(); ++g) {
+      by_name.emplace(dump_.groups[g].name, static_cast<uint32_t>(g));
+    }
+    std::vector<std::vector<int>> sorted_ranks;
+    for (size_t i = 0; i < dump_.entries.size(); ++i) {
+      DumpEntry& e = dump_.entries[i];
+      const Unresolved& u = unresolved_[i];
+      const std::string_view name = dump_.symbols[u.group_name];
+      auto it = by_name.find(name);
+      if (it == by_name.end()) {
+        if (u.group_ranks.size == 0) {
+          throw InputError(
+              fmt::format("entry {} names group '{}' that pg_config does not list", i, name));
+        }
+        DumpGroup group;
+        group.name = name;
+        for (const int64_t r : dump_.span(u.group_ranks))
+          group.ranks.push_back(static_cast<int>(r));
+        dump_.groups.push_back(std::move(group));
+        it = by_name.emplace(dump_.groups.back().name, dump_.groups.size() - 1).first;
+      }
+      e.group = it->second;
+      if (u.local_peer >= 0) {
+        if (sorted_ranks.size() <= e.group) sorted_ranks.resize(dump_.groups.size());
+        auto& sorted = sorted_ranks[e.group];
+        if (sorted.empty()) {
+          sorted = dump_.groups[e.group].ranks;
+          std::sort(sorted.begin(), sorted.end());
+        }
+        if (static_cast<size_t>(u.local_peer) >= sorted.size()) {
+          throw InputError(fmt::format("entry {}: peer {} is outside group '{}' of {} ranks", i,
+                                       u.local_peer, name, sorted.size()));
+        }
+        e.peer = sorted[u.local_peer];
+      }
+    }
+  }
+
+  JsonCursor cur_;
+  RankDump dump_;
+  std::optional<int64_t> file_rank_;
+  std::unordered_map<std::string, uint32_t, StringHash, std::equal_to<>> symbol_ids_;
+  std::vector<Unresolved> unresolved_;
+  std::vector<bool> listed_;  // By symbol: group names pg_config lists.
+  struct CacheSlot {
+    std::string text;
+    uint32_t id = 0;
+  };
+  std::array<CacheSlot, 64> cache_;
+};
+
+// Reads a whole file into `out` (reusing its capacity). Sized by fstat, read until EOF.
+bool read_file(const std::filesystem::path& path, std::string& out) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st {};
+  size_t size = 0;
+  if (::fstat(fd, &st) == 0 && st.st_size > 0) size = static_cast<size_t>(st.st_size);
+  out.resize(size + 1);
+  size_t got = 0;
+  while (true) {
+    if (got == out.size()) out.resize(out.size() * 2);
+    const ssize_t n = ::read(fd, out.data() + got, out.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      ::close(fd);
+      out.resize(got);
+      return n == 0;
+    }
+    got += static_cast<size_t>(n);
+  }
+}
+
+// torchfrtrace's `([\w\-\_]*?)(\d+)$` searched in a file name: the trailing digits and the
+// word characters before them.
+std::optional<std::pair<std::string, int>> split_rank(const std::string& name) {
+  size_t digits = name.size();
+  while (digits > 0 && name[digits - 1] >= '0' && name[digits - 1] <= '9') --digits;
+  if (digits == name.size() || name.size() - digits > 9) return std::nullopt;
+  size_t start = digits;
+  auto word = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-';
+  };
+  while (start > 0 && word(name[start - 1])) --start;
+  return std::pair{name.substr(start, digits - start), std::stoi(name.substr(digits))};
+}
+
+}  // namespace
+
+std::string_view entry_state_name(EntryState state) {
+  switch (state) {
+    case EntryState::kScheduled:
+      return "scheduled";
+    case EntryState::kStarted:
+      return "started";
+    case EntryState::kCompleted:
+      return "completed";
+  }
+  return "";
+}
+
+bool RankDump::wrapped() const {
+  if (records_dropped >= 0) return records_dropped > 0;
+  // PyTorch's record ids start at 0 in each process.
+  return !entries.empty() && entries.front().record_id > 0;
+}
+
+RankDump parse_dump(std::string_view bytes, int rank) {
+  try {
+    if (bytes.empty()) throw InputError("empty file");
+    if (static_cast<unsigned char>(bytes[0]) == 0x80) {
+      // One reader for both formats: a pickle becomes JSON text.
+      const std::string text =
+          pickle_to_json_text({reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()});
+      return DumpParser(text, rank).run();
+    }
+    return DumpParser(bytes, rank).run();
+  } catch (const JsonSyntaxError& e) {
+    throw InputError(e.what());
+  } catch (const PickleError& e) {
+    throw InputError(e.what());
+  }
+}
+
+std::vector<DumpFile> find_dump_files(const std::filesystem::path& dir, const std::string& prefix) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    throw InputError(fmt::format("'{}' is not a directory", dir.string()));
+  }
+  // Candidates per prefix: with --prefix only that one, else every inferred prefix.
+  std::map<std::string, std::vector<DumpFile>> by_prefix;
+  fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec);
+  for (; !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    // Only regular files: opening a dump pipe (a FIFO) would block.
+    if (!it->is_regular_file(ec)) continue;
+    const std::string name = it->path().filename().string();
+    if (name.find(".tmp.") != std::string::npos) continue;
+    if (!prefix.empty()) {
+      if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+      const std::string rest = name.substr(prefix.size());
+      if (rest.size() > 9 || !std::all_of(rest.begin(), rest.end(), ::isdigit)) continue;
+      by_prefix[prefix].push_back({it->path(), std::stoi(rest)});
+    } else if (const auto split = split_rank(name)) {
+      by_prefix[split->first].push_back({it->path(), split->second});
+    }
+  }
+  if (ec) throw InputError(fmt::format("cannot list '{}': {}", dir.string(), ec.message()));
+  if (by_prefix.empty()) {
+    throw InputError(prefix.empty() ? fmt::format("no dump files in '{}'", dir.string())
+                                    : fmt::format("no dump files named '{}<rank>' in '{}'", prefix,
+                                                  dir.string()));
+  }
+  if (by_prefix.size() > 1) {
+    // The most common prefixes first; a directory like /tmp can hold hundreds.
+    std::vector<std::pair<size_t, std::string>> counts;
+    for (const auto& [p, files] : by_prefix) counts.emplace_back(files.size(), p);
+    std::stable_sort(counts.begin(), counts.end(),
+                     [](const auto& a, const auto& b) { return a.first > b.first; });
+    std::string found;
+    for (size_t i = 0; i < counts.size() && i < 5; ++i) {
+      found += fmt::format("{}'{}' ({} file{})", i > 0 ? ", " : "", counts[i].second,
+                           counts[i].first, counts[i].first == 1 ? "" : "s");
+    }
+    if (counts.size() > 5) found += fmt::format(" and {} more", counts.size() - 5);
+    throw InputError(
+        fmt::format("cannot tell the dump files' common prefix in '{}': found {}; pass --prefix",
+                    dir.string(), found));
+  }
+  std::vector<DumpFile> files = std::move(by_prefix.begin()->second);
+  std::sort(files.begin(), files.end(),
+            [](const DumpFile& a, const DumpFile& b) { return a.rank < b.rank; });
+  for (size_t i = 1; i < files.size(); ++i) {
+    if (files[i].rank == files[i - 1].rank) {
+      throw InputError(fmt::format("two dumps of rank {}: '{}' and '{}'", files[i].rank,
+                                   files[i - 1].path.string(), files[i].path.string()));
+    }
+  }
+  return files;
+}
+
+std::vector<RankDump> read_dumps(const std::vector<DumpFile>& files, unsigned threads) {
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  threads = std::min<unsigned>(threads, static_cast<unsigned>(files.size()));
+  std::vector<RankDump> dumps(files.size());
+  std::vector<std::string> errors(files.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    std::string bytes;
+    for (size_t i = next++; i < files.size(); i = next++) {
+      const std::string path = files[i].path.string();
+      try {
+        if (!read_file(files[i].path, bytes)) {
+          errors[i] = fmt::format("cannot read '{}'", path);
+          continue;
+        }
+        dumps[i] = parse_dump(bytes, files[i].rank);
+        dumps[i].path = path;
+      } catch (const std::exception& e) {
+        errors[i] = fmt::format("'{}': {}", path, e.what());
+      }
+    }
+  };
+  std::vector<std::jthread> pool;
+  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  pool.clear();
+  for (const std::string& error : errors) {
+    if (!error.empty()) throw InputError(error);
+  }
+  return dumps;
+}
+
+}  // namespace meshrt::trace

@@ -1,0 +1,100 @@
+// Reading flight-recorder dumps (docs/flight-recorder.md) into the compact form the analyzer
+// works on: meshrt JSON dumps and PyTorch FR pickle dumps, one file per rank, found by prefix.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace meshrt::trace {
+
+// Input the analyzer cannot use (unreadable, corrupt or inconsistent dumps, bad arguments);
+// what() names the file or the ranks concerned.
+class InputError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// How far an op got when the dump was taken (a failed op stays scheduled or started).
+enum class EntryState : uint8_t { kScheduled, kStarted, kCompleted };
+
+// "scheduled", "started", "completed".
+std::string_view entry_state_name(EntryState state);
+
+// A run of RankDump::pool.
+struct PoolSpan {
+  uint32_t offset = 0;
+  uint32_t size = 0;
+};
+
+// One record, reduced to what matching needs. Strings are ids into the dump's symbols.
+struct DumpEntry {
+  int64_t record_id = 0;
+  int64_t collective_seq = 0;
+  int64_t p2p_seq = 0;
+  int64_t channel_seq = 0;  // p2p_channel_seq; 0 when the dump has none (PyTorch).
+  int64_t time_created_ns = 0;
+  uint32_t group = 0;   // Index into RankDump::groups.
+  uint32_t type = 0;    // "all_reduce", "send", "coalesced", ... (profiling_name's op).
+  uint32_t caller = 0;  // "file:line" (meshrt) or the innermost frame (PyTorch); 0 = none.
+  uint32_t scope = 0;
+  PoolSpan input_sizes;  // Shapes as [ndim, d0, d1, ...] one after the other.
+  PoolSpan output_sizes;
+  PoolSpan input_dtypes;  // Symbol ids.
+  PoolSpan output_dtypes;
+  int32_t peer = -1;  // p2p: the peer's global rank; -1 otherwise or for an any-source recv.
+  EntryState state = EntryState::kScheduled;
+  bool is_p2p = false;
+  bool any_source = false;  // A recv from any source ("recv 1<-?").
+};
+
+// A process group as one rank's pg_config describes it.
+struct DumpGroup {
+  std::string name;
+  std::string desc;
+  std::vector<int> ranks;  // Global ranks, as listed.
+  std::optional<std::string> mesh_dim;
+};
+
+// One rank's dump.
+struct RankDump {
+  int rank = -1;  // From the file name.
+  std::string path;
+  std::string version;
+  std::optional<int64_t> meshrt_dump_version;  // Absent in PyTorch dumps.
+  std::optional<int64_t> world_size;
+  int64_t records_dropped = -1;  // -1: the dump does not say (PyTorch).
+  std::vector<DumpGroup> groups;
+  std::vector<std::string> symbols;  // symbols[0] is "".
+  std::vector<int64_t> pool;
+  std::vector<DumpEntry> entries;  // Oldest first.
+
+  std::span<const int64_t> span(PoolSpan s) const { return {pool.data() + s.offset, s.size}; }
+  // The ring dropped records: entries older than the first one were lost.
+  bool wrapped() const;
+};
+
+// A dump file and the rank its name gives.
+struct DumpFile {
+  std::filesystem::path path;
+  int rank = -1;
+};
+
+// The dump files under `dir` (recursively): names `prefix` + rank. An empty prefix is inferred
+// as torchfrtrace does (the part before the trailing digits, one prefix common to all files);
+// writers' temporary files (`*.tmp.<pid>`) are ignored. Sorted by rank. Throws InputError.
+std::vector<DumpFile> find_dump_files(const std::filesystem::path& dir, const std::string& prefix);
+
+// Parses one dump (JSON, or pickle when it starts with the PROTO opcode). Throws InputError.
+RankDump parse_dump(std::string_view bytes, int rank);
+
+// Reads and parses the files on up to `threads` threads (0: one per core). Throws InputError
+// naming the file of the lowest rank that failed.
+std::vector<RankDump> read_dumps(const std::vector<DumpFile>& files, unsigned threads = 0);
+
+}  // namespace meshrt::trace

@@ -1,0 +1,94 @@
+// meshtrace: offline tools for meshrt's traces. `meshtrace analyze DIR` reads the flight-recorder
+// dumps of a job (meshrt JSON or PyTorch FR pickle) and says which rank stopped the others.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "trace/analyzer.h"
+
+namespace {
+
+constexpr int kOk = 0;
+constexpr int kFindings = 1;
+constexpr int kBadInput = 2;
+
+struct AnalyzeArgs {
+  std::string dir;
+  meshrt::trace::AnalyzeOptions options;
+  bool just_print_entries = false;
+  bool json = false;
+  meshrt::trace::EntriesTableOptions table;
+};
+
+int run_analyze(const AnalyzeArgs& args) {
+  using namespace meshrt::trace;
+  if (args.just_print_entries) {
+    std::vector<DumpFile> files = find_dump_files(args.dir, args.options.prefix);
+    if (!args.table.ranks.empty()) {
+      // Only the columns asked for: a job's dumps can be gigabytes.
+      std::erase_if(files, [&](const DumpFile& f) {
+        return std::find(args.table.ranks.begin(), args.table.ranks.end(), f.rank) ==
+               args.table.ranks.end();
+      });
+    }
+    const auto dumps = read_dumps(files);
+    check_versions(dumps);
+    std::fputs(format_entries_table(dumps, args.table).c_str(), stdout);
+    return kOk;
+  }
+  const Report report = analyze_directory(args.dir, args.options);
+  const std::string out = args.json ? format_json(report) : format_text(report);
+  std::fputs(out.c_str(), stdout);
+  return report.findings.empty() ? kOk : kFindings;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"meshtrace: offline tools for meshrt traces"};
+  app.require_subcommand(1);
+  app.footer("Exit status: 0 nothing found, 1 problems found, 2 bad input or arguments.");
+
+  AnalyzeArgs args;
+  CLI::App* analyze = app.add_subcommand(
+      "analyze",
+      "Match the flight-recorder dumps of every rank (meshrt JSON or PyTorch FR pickle, one "
+      "file per rank named <prefix><rank>) per group and sequence number and per p2p channel, "
+      "and report ranks that did not join an op or called it differently, blamed by majority, "
+      "with waits followed across groups to the root cause.");
+  analyze->add_option("DIR", args.dir, "Directory of dump files (searched recursively)")
+      ->required();
+  analyze->add_option("-p,--prefix", args.options.prefix,
+                      "File name prefix before the rank (default: inferred, must be common)");
+  analyze->add_flag("--allow-incomplete-ranks", args.options.allow_incomplete_ranks,
+                    "Analyze even if some group members left no dump (finding missing_dump)");
+  CLI::Option* entries =
+      analyze->add_flag("-j,--just-print-entries", args.just_print_entries,
+                        "Print the raw entries side by side, one column per rank, and exit");
+  analyze->add_option("--selected-ranks", args.table.ranks, "With -j: only these ranks' columns")
+      ->needs(entries);
+  analyze
+      ->add_option("--pg-filters", args.table.pg_filters,
+                   "With -j: only entries of groups with these names or descs")
+      ->needs(entries);
+  analyze
+      ->add_flag("--json", args.json,
+                 "Print one JSON object: {\"ranks\", \"collectives_checked\", \"findings\"}")
+      ->excludes(entries);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    std::fprintf(stderr, "meshtrace: error: %s (see --help)\n", e.what());
+    return kBadInput;
+  }
+  try {
+    return run_analyze(args);
+  } catch (const meshrt::trace::InputError& e) {
+    std::fprintf(stderr, "meshtrace: error: %s\n", e.what());
+    return kBadInput;
+  }
+}
