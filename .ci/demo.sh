@@ -25,7 +25,7 @@ timeout 120 build/launcher/meshrun --standalone --nproc-per-node 4 --log-dir "$l
 hang=${PIPESTATUS[0]}
 # The hang must fail the job (meshrun exits 1) and the verdict must name the all_reduce.
 verdict=0
-[[ $hang == 1 ]] && grep -q "did not join all_reduce #5" "$logs/hang.txt" || verdict=1
+[[ $hang == 1 ]] && grep -q "issued all_reduce #5 that ranks \[1, 2, 3\] never called" "$logs/hang.txt" || verdict=1
 
 status=$((train != 0 || verdict != 0))
 echo "demo: training $([[ $train == 0 ]] && echo passed || echo FAILED)," \

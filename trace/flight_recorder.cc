@@ -422,6 +422,7 @@ std::string FlightRecorder::render(int rank, DumpFormat format, DumpReason reaso
   Json pg_status = Json::object();
   for (const auto& c : comms) {
     pg_config[c->name] = {{"name", c->name},
+                          {"pg_id", c->uid},
                           {"desc", c->description},
                           {"ranks", ranks_text(c->global_ranks)},
                           {"store_key", c->store_key},
