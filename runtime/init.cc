@@ -16,6 +16,7 @@
 #include "runtime/gloo_backend.h"
 #include "runtime/logging.h"
 #include "runtime/prefix_store.h"
+#include "runtime/straggler_exchange.h"
 #include "runtime/tcp_store.h"
 #include "runtime/tcp_store_server.h"
 #include "runtime/watchdog.h"
@@ -103,11 +104,14 @@ struct WorldResources {
     Watchdog& watchdog = Watchdog::instance();
     try {
       store->set("exit/rank" + std::to_string(rank), std::span<const char>("1", 1));
+      publish_stragglers_at_exit(*store, rank);  // Before arriving: found by the collector.
       store->add("exit/arrived", 1);
       if (server) {
         wait_for_leavers(watchdog);
+        collect_stragglers_at_exit(*store, rank, world_size);
       } else {
         wait_for_arrivals(watchdog);
+        collect_stragglers_at_exit(*store, rank, world_size);  // Rank 0 when a launcher hosts.
         // The last call this rank makes: the host may take the store down once all have made it.
         store->add("exit/left", 1);
       }

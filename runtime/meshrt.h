@@ -9,6 +9,7 @@
 #include "runtime/inproc_backend.h"
 #include "runtime/prefix_store.h"
 #include "runtime/reduce_op.h"
+#include "runtime/straggler_exchange.h"
 #include "runtime/store.h"
 #include "runtime/tcp_store.h"
 #include "runtime/tcp_store_server.h"
