@@ -136,6 +136,14 @@ class GlooBackend : public Backend {
     try {
       auto context = connect(store_, spec.store_key, spec.rank,
                              static_cast<int>(spec.parent_ranks.size()), device_, spec.timeout);
+      // One side of a pair can finish connecting before the other has: a member that dropped the
+      // new communicator at once would then close a connection its peer is still setting up.
+      // A barrier on the new context returns only once every member is connected.
+      if (context->size > 1) {
+        gloo::BarrierOptions o(context);
+        o.setTimeout(spec.timeout);
+        gloo::barrier(o);
+      }
       return std::make_unique<GlooBackend>(store_, device_, std::move(context));
     } catch (const Error&) {
       throw;

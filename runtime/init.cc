@@ -9,6 +9,7 @@
 #include <mutex>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -93,9 +94,10 @@ struct WorldResources {
   int rank = 0;
   int world_size = 1;
   std::chrono::milliseconds exit_timeout{0};
+  bool joined = false;  // The world exists: a failed init() has no exit barrier to wait at.
 
   ~WorldResources() {
-    if (store) wait_for_all_ranks();
+    if (store && joined) wait_for_all_ranks();
     Watchdog::instance().clear_job_store(store.get());
   }
 
@@ -145,7 +147,10 @@ struct WorldResources {
   // The store's host goes last: until every other rank has left. When the job failed, a rank
   // that never arrives (dead, or hung) is waited for only as long as it may take to dump.
   void wait_for_leavers(Watchdog& watchdog) {
-    constexpr auto kDumpGrace = std::chrono::seconds(3);
+    // A rank that never arrives after a failure is dead or hung, or (under throw/continue, where
+    // the job goes on) still working: wait for its dump, longer when it may still be working.
+    const auto grace = watchdog.policy() == TimeoutPolicy::kAbort ? std::chrono::seconds(3)
+                                                                  : std::chrono::seconds(6);
     const auto deadline = std::chrono::steady_clock::now() + exit_timeout;
     std::optional<std::chrono::steady_clock::time_point> failed_at;
     while (std::chrono::steady_clock::now() < deadline) {
@@ -157,7 +162,7 @@ struct WorldResources {
         if (!failed_at) failed_at = now;
         const bool arrived_left = left >= store->add("exit/arrived", 0) - 1;
         const bool all_dumped = store->add("fr/dumps_written", 0) >= world_size;
-        if (arrived_left && (all_dumped || now - *failed_at > kDumpGrace)) return;
+        if (arrived_left && (all_dumped || now - *failed_at > grace)) return;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
@@ -243,6 +248,19 @@ std::shared_ptr<Communicator> init(const InitOptions& o) {
     throw Error(ErrorCode::kInvalidArgument, {o.rank, "", "init", -1},
                 fmt::format("rank {} and world size {} do not fit", o.rank, o.world_size));
   }
+  {
+    // Store keys (rendezvous, exit barrier, dump signals) are per run and attempt: joining the
+    // same one twice would read the first world's keys.
+    static std::mutex mu;
+    static std::set<std::pair<std::string, int>> joined;
+    std::lock_guard lock(mu);
+    if (!joined.emplace(o.run_id, o.attempt).second) {
+      throw Error(ErrorCode::kInvalidArgument, {o.rank, "", "init", -1},
+                  fmt::format("this process already joined run '{}' attempt {}; a process joins "
+                              "a job once per attempt (MESHRT_RUN_ID, MESHRT_RESTART_COUNT)",
+                              o.run_id, o.attempt));
+    }
+  }
   set_log_rank(o.rank);
   auto resources = std::make_shared<WorldResources>();
   std::string host = o.master_addr.empty() ? "127.0.0.1" : o.master_addr;
@@ -302,6 +320,7 @@ std::shared_ptr<Communicator> init(const InitOptions& o) {
   info.global_rank = o.rank;
   info.timeout_ms = o.timeout.count();
   auto world = std::make_shared<Communicator>(std::move(info), std::move(backend), resources);
+  resources->joined = true;
   set_default_world(world);
   return world;
 }

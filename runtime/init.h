@@ -42,7 +42,8 @@ InitOptions init_options_from_env();
 
 // Joins the job over Gloo and returns the world communicator ("world", description
 // "default_pg"). Rank 0 hosts the store unless options.host_store is false. Collective over
-// all ranks; throws Error(kTimeout) if they do not all arrive within options.init_timeout.
+// all ranks; throws Error(kTimeout) if they do not all arrive within options.init_timeout, and
+// Error(kInvalidArgument) if this process already joined the same run id and attempt.
 // When the world and everything split from it are released, the rank waits (up to
 // options.exit_timeout) until every rank got there or the job failed: the store stays up for
 // the last ones, and a finished rank is still there to dump when another one hangs.

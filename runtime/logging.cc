@@ -55,8 +55,9 @@ std::shared_ptr<spdlog::logger> make_logger() {
 }  // namespace
 
 spdlog::logger& log() {
-  static std::shared_ptr<spdlog::logger> logger = make_logger();
-  return *logger;
+  // Leaked: the watchdog's detached threads log until the process is gone.
+  static auto* logger = new std::shared_ptr<spdlog::logger>(make_logger());
+  return **logger;
 }
 
 void set_log_rank(int rank) { process_rank.store(rank, std::memory_order_relaxed); }

@@ -42,18 +42,6 @@ std::optional<int64_t> env_int(const char* name) {
   return n;
 }
 
-std::string_view policy_name(TimeoutPolicy p) {
-  switch (p) {
-    case TimeoutPolicy::kAbort:
-      return "abort";
-    case TimeoutPolicy::kThrow:
-      return "throw";
-    case TimeoutPolicy::kContinue:
-      return "continue";
-  }
-  return "abort";
-}
-
 std::string sizes_text(const trace::OpRecord& r) {
   return fmt::format("in {} x {}, out {} x {}", r.input_count, r.dtype, r.output_count, r.dtype);
 }
@@ -116,6 +104,8 @@ void Watchdog::set_job_store(std::shared_ptr<Store> store, std::string run_id, i
   std::lock_guard lock(mu_);
   store_ = std::move(store);
   world_size_ = world_size;
+  // A new job (another run id) starts with no failure seen.
+  fired_ = dump_claimed_ = dumped_ = job_failed_ = false;
 }
 
 void Watchdog::clear_job_store(const Store* store) {
@@ -160,7 +150,7 @@ void Watchdog::loop() {
       std::this_thread::sleep_for(std::chrono::milliseconds(stall));
     }
     heartbeat_.fetch_add(1, std::memory_order_relaxed);
-    if (dump_requested_by_signal.exchange(false)) dump_once(trace::DumpReason::kSignal, nullptr);
+    if (dump_requested_by_signal.exchange(false)) manual_dump(trace::DumpReason::kSignal);
     poll_pipe();
     scan_timeouts();
     if (std::chrono::steady_clock::now() >= next_signal_poll) {
@@ -187,7 +177,17 @@ void Watchdog::monitor_loop() {
         "the watchdog has not made progress for {} ms (stuck in a backend or store "
         "call); dumping the flight recorder and exiting",
         options_.heartbeat_timeout.count());
-    trace::FlightRecorder::instance().dump(trace::DumpReason::kHeartbeat);
+    // The dump may hang the same way the watchdog did (a stuck file system or writer): give it
+    // a bounded time on a thread of its own, then exit regardless.
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    std::thread([done] {
+      trace::FlightRecorder::instance().dump(trace::DumpReason::kHeartbeat);
+      done->store(true);
+    }).detach();
+    const auto deadline = std::chrono::steady_clock::now() + options_.dump_wait;
+    while (!done->load() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
     log().flush();
     ::_exit(kWatchdogExitCode);
   }
@@ -209,14 +209,16 @@ void Watchdog::scan_timeouts() {
     }
   }
   for (auto& [comm, rec] : late) {
+    // The trigger comes from the record: the communicator may be gone once mu_ is released.
     const int64_t ran_ms = (trace::steady_now_ns() - rec.start_ns) / 1'000'000;
     trace::DumpTrigger t{
-        comm->global_rank(), comm->name(), rec.is_p2p ? rec.p2p_seq : rec.collective_seq,
+        rec.comm->global_rank, rec.comm->name, rec.is_p2p ? rec.p2p_seq : rec.collective_seq,
         std::string(rec.op),
         fmt::format("ran for {} ms, timeout {} ms ({})", ran_ms, rec.timeout_ms, sizes_text(rec))};
     fire(trace::DumpReason::kTimeout, t);
-    // Fail the waiters now rather than when the backend gives up.
+    if (policy() == TimeoutPolicy::kAbort) exit_after_dumps();
     if (policy() == TimeoutPolicy::kThrow) {
+      // Backends that can interrupt an op (in-process; not Gloo) fail its waiters now.
       std::lock_guard lock(mu_);
       if (std::find(comms_.begin(), comms_.end(), comm) != comms_.end()) {
         const_cast<Communicator*>(comm)->abort();
@@ -269,13 +271,15 @@ void Watchdog::poll_pipe() {
   char buf[64];
   bool asked = false;
   while (::read(pipe_fd_, buf, sizeof(buf)) > 0) asked = true;
-  if (asked) {
-    const auto paths = trace::FlightRecorder::instance().dump(trace::DumpReason::kPipe);
-    log().info("flight recorder dumped on request to {}", fmt::join(paths, ", "));
-  }
+  if (asked) manual_dump(trace::DumpReason::kPipe);
 }
 
 void Watchdog::dump_once(trace::DumpReason reason, const trace::DumpTrigger* trigger) {
+  // A rank's own failure and another rank's signal can arrive together: one dump, counted once.
+  if (dump_claimed_.exchange(true)) {
+    wait_dumped(options_.dump_wait);
+    return;
+  }
   auto& fr = trace::FlightRecorder::instance();
   const auto paths = fr.dump(reason, trigger);
   if (!paths.empty()) {
@@ -283,15 +287,17 @@ void Watchdog::dump_once(trace::DumpReason reason, const trace::DumpTrigger* tri
   } else if (!fr.enabled()) {
     log().error("flight recorder is off (MESHRT_TRACE_BUFFER_SIZE=0): no dump");
   }
-  if (reason == trace::DumpReason::kSignal || reason == trace::DumpReason::kPipe) return;
   std::shared_ptr<Store> store;
   {
     std::lock_guard lock(mu_);
     store = store_;
   }
-  if (store && !paths.empty()) {
+  if (store) {
+    // Counts ranks done with their dump, written or not, so nobody waits for a dump that will
+    // never come (recorder off, unwritable prefix).
     try {
-      store->add(kDumpsWrittenKey, static_cast<int64_t>(paths.size()));
+      store->add(kDumpsWrittenKey,
+                 static_cast<int64_t>(std::max<size_t>(1, fr.local_ranks().size())));
     } catch (const std::exception& e) {
       log().warn("cannot count the dump in the store: {}", e.what());
     }
@@ -301,6 +307,11 @@ void Watchdog::dump_once(trace::DumpReason reason, const trace::DumpTrigger* tri
     dumped_.store(true);
   }
   dumped_cv_.notify_all();
+}
+
+void Watchdog::manual_dump(trace::DumpReason reason) {
+  const auto paths = trace::FlightRecorder::instance().dump(reason);
+  log().warn("flight recorder dumped on request to {}", fmt::join(paths, ", "));
 }
 
 void Watchdog::wait_for_all_dumps() {
@@ -353,7 +364,20 @@ void Watchdog::fire(trace::DumpReason reason, const trace::DumpTrigger& trigger)
       log().warn("cannot signal the other ranks to dump: {}", e.what());
     }
   }
-  if (!dumped_.load()) dump_once(reason, &trigger);
+  dump_once(reason, &trigger);
+}
+
+void Watchdog::exit_after_dumps() {
+  log().critical("watchdog policy 'abort': aborting the communicators and exiting with status {}",
+                 kWatchdogExitCode);
+  wait_for_all_dumps();
+  {
+    std::lock_guard lock(mu_);
+    for (Communicator* c : comms_) c->abort();
+  }
+  log().flush();
+  std::fflush(nullptr);
+  ::_exit(kWatchdogExitCode);
 }
 
 void Watchdog::on_op_failed(const Communicator& comm, const Work& work, const std::string& error,
@@ -363,18 +387,7 @@ void Watchdog::on_op_failed(const Communicator& comm, const Work& work, const st
     trace::DumpTrigger t{comm.global_rank(), comm.name(),
                          rec.is_p2p ? rec.p2p_seq : rec.collective_seq, std::string(rec.op), error};
     fire(timed_out ? trace::DumpReason::kTimeout : trace::DumpReason::kFailure, t);
-    const TimeoutPolicy p = policy();
-    if (p != TimeoutPolicy::kAbort) return;
-    log().critical("watchdog policy '{}': aborting the communicators and exiting with status {}",
-                   policy_name(p), kWatchdogExitCode);
-    wait_for_all_dumps();
-    {
-      std::lock_guard lock(mu_);
-      for (Communicator* c : comms_) c->abort();
-    }
-    log().flush();
-    std::fflush(nullptr);
-    ::_exit(kWatchdogExitCode);
+    if (policy() == TimeoutPolicy::kAbort) exit_after_dumps();
   } catch (const std::exception& e) {
     log().error("watchdog failed handling an op failure: {}", e.what());
   }

@@ -89,6 +89,10 @@ class Watchdog {
   void fire(trace::DumpReason reason, const trace::DumpTrigger& trigger);
   void dump_once(trace::DumpReason reason, const trace::DumpTrigger* trigger);
   void wait_for_all_dumps();
+  // A dump asked for by a signal or the FIFO: any time, not counted, no policy.
+  void manual_dump(trace::DumpReason reason);
+  // The abort policy: waits (bounded) for every rank's dump, aborts, exits with 70.
+  [[noreturn]] void exit_after_dumps();
 
   WatchdogOptions options_;
   mutable std::mutex mu_;
@@ -101,6 +105,7 @@ class Watchdog {
   std::mutex poll_mu_;  // Serialises poll_remote_signal().
   std::mutex fire_mu_;  // Serialises fire(): the first caller dumps, later ones wait for it.
   std::atomic<bool> fired_{false};
+  std::atomic<bool> dump_claimed_{false};  // The one automatic dump has begun.
   std::atomic<bool> dumped_{false};
   std::atomic<bool> job_failed_{false};
   std::condition_variable dumped_cv_;

@@ -62,8 +62,9 @@ uint64_t size_bucket(uint64_t bytes) {
 }
 
 CommLogger& CommLogger::instance() {
-  static CommLogger logger;
-  return logger;
+  // Leaked, as every sink: worker threads may still deliver while static destructors run.
+  static CommLogger* logger = new CommLogger;
+  return *logger;
 }
 
 void CommLogger::install_from_env() {

@@ -35,8 +35,9 @@ void write_at_exit() { Exports::instance().write_configured(); }
 Exports::Exports() : wall_minus_steady_ns_(wall_now_ns() - steady_now_ns()) {}
 
 Exports& Exports::instance() {
-  static Exports exports;
-  return exports;
+  // Leaked, as every sink: worker threads may still deliver while static destructors run.
+  static Exports* exports = new Exports;
+  return *exports;
 }
 
 void Exports::install_from_env() {

@@ -333,7 +333,9 @@ void add_entries(Json& entries, const OpRecord& r) {
     e["caller"] = *r.caller_file ? fmt::format("{}:{}", r.caller_file, r.caller_line) : "";
     if (r.debug) {
       e["input_stats"] = stats_json(r.debug->input);
-      e["output_stats"] = stats_json(r.debug->output);
+      // The worker writes the output statistics before the op completes, and the slot sees the
+      // completion under its lock: read them only then.
+      e["output_stats"] = r.state == OpState::kCompleted ? stats_json(r.debug->output) : nullptr;
     }
     entries.push_back(std::move(e));
   };
@@ -384,12 +386,17 @@ std::string FlightRecorder::render(int rank, DumpFormat format, DumpReason reaso
       if (c->global_rank == rank) comms.push_back(c);
     }
   }
-  // Communicators seen only in records (already destroyed) still describe their entries.
+  // Communicators seen only in records (already destroyed) still describe their entries; they go
+  // first, so that a live group of the same name (a re-created world) wins in pg_config.
+  std::vector<std::shared_ptr<const CommInfo>> dead;
   for (const auto& r : recs) {
-    if (std::none_of(comms.begin(), comms.end(), [&](const auto& c) { return c == r.comm; })) {
-      comms.push_back(r.comm);
+    const auto same = [&](const auto& c) { return c == r.comm; };
+    if (std::none_of(comms.begin(), comms.end(), same) &&
+        std::none_of(dead.begin(), dead.end(), same)) {
+      dead.push_back(r.comm);
     }
   }
+  comms.insert(comms.begin(), dead.begin(), dead.end());
   int world_size = job.world_size;
   std::string backend;
   for (const auto& c : comms) {
@@ -442,9 +449,11 @@ std::string FlightRecorder::render(int rank, DumpFormat format, DumpReason reaso
   Json entries = Json::array();
   for (const auto& r : recs) add_entries(entries, r);
 
+  // Names, scopes, paths and error texts come from users and libraries: invalid UTF-8 in any of
+  // them must not cost the dump, so it is replaced rather than thrown on.
   if (format == DumpFormat::kJson) {
     if (!entries.empty()) doc["entries"] = std::move(entries);
-    return doc.dump(1);
+    return doc.dump(1, ' ', false, Json::error_handler_t::replace);
   }
   // PyTorch's pickle: unknown discovery times are None and entries are always present.
   for (auto& e : entries) {
@@ -453,7 +462,8 @@ std::string FlightRecorder::render(int rank, DumpFormat format, DumpReason reaso
     }
   }
   doc["entries"] = std::move(entries);
-  return to_pickle(doc, {"process_group"});
+  return to_pickle(Json::parse(doc.dump(-1, ' ', false, Json::error_handler_t::replace)),
+                   {"process_group"});
 }
 
 std::vector<std::string> FlightRecorder::dump(DumpReason reason,

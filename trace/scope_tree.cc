@@ -21,8 +21,9 @@ std::string dim_of(const OpRecord& r) {
 }  // namespace
 
 ScopeTree& ScopeTree::instance() {
-  static ScopeTree tree;
-  return tree;
+  // Leaked, as every sink: worker threads may still deliver while static destructors run.
+  static ScopeTree* tree = new ScopeTree;
+  return *tree;
 }
 
 void ScopeTree::enable() {
