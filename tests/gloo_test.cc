@@ -11,15 +11,6 @@
 namespace meshrt::testing {
 namespace {
 
-std::string describe(const std::vector<RankResult>& results) {
-  std::string out;
-  for (size_t r = 0; r < results.size(); ++r) {
-    out += "--- rank " + std::to_string(r) + " exit " + std::to_string(results[r].exit_code) +
-           " signal " + std::to_string(results[r].signal) + "\n" + results[r].output;
-  }
-  return out;
-}
-
 class GlooWorld : public ::testing::TestWithParam<int> {};
 
 TEST_P(GlooWorld, EveryCollectiveDtypeReduceOpP2PAndSplit) {

@@ -23,16 +23,8 @@ namespace meshrt {
 namespace {
 
 using nlohmann::json;
+using testing::describe;
 using testing::run_ranks;
-
-std::string describe(const std::vector<testing::RankResult>& results) {
-  std::string s;
-  for (size_t r = 0; r < results.size(); ++r) {
-    s += "--- rank " + std::to_string(r) + " exit " + std::to_string(results[r].exit_code) +
-         " signal " + std::to_string(results[r].signal) + "\n" + results[r].output;
-  }
-  return s;
-}
 
 json read_json(const std::filesystem::path& path) {
   std::ifstream in(path);

@@ -105,4 +105,13 @@ std::vector<RankResult> run_ranks(const std::vector<std::string>& argv, int worl
   return results;
 }
 
+std::string describe(const std::vector<RankResult>& results) {
+  std::string out;
+  for (size_t r = 0; r < results.size(); ++r) {
+    out += "--- rank " + std::to_string(r) + " exit " + std::to_string(results[r].exit_code) +
+           " signal " + std::to_string(results[r].signal) + "\n" + results[r].output;
+  }
+  return out;
+}
+
 }  // namespace meshrt::testing

@@ -26,4 +26,7 @@ std::vector<RankResult> run_ranks(const std::vector<std::string>& argv, int worl
                                   std::chrono::milliseconds limit,
                                   const std::map<std::string, std::string>& extra_env = {});
 
+// Every rank's exit status and output, for test failure messages.
+std::string describe(const std::vector<RankResult>& results);
+
 }  // namespace meshrt::testing

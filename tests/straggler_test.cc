@@ -28,6 +28,7 @@ namespace meshrt {
 namespace {
 
 using nlohmann::json;
+using testing::describe;
 using trace::RankSamples;
 using trace::StragglerGroup;
 using trace::StragglerReport;
@@ -416,15 +417,6 @@ TEST_F(StragglerExchangeTest, UnreadableSamplesMakeTheRankMissing) {
   ASSERT_TRUE(report.has_value());
   EXPECT_EQ(report->missing_ranks, std::vector<int>{1});
   EXPECT_EQ(report->ranks_reported, 1);
-}
-
-std::string describe(const std::vector<testing::RankResult>& results) {
-  std::string s;
-  for (size_t r = 0; r < results.size(); ++r) {
-    s += "--- rank " + std::to_string(r) + " exit " + std::to_string(results[r].exit_code) +
-         " signal " + std::to_string(results[r].signal) + "\n" + results[r].output;
-  }
-  return s;
 }
 
 class StragglerJobTest : public ::testing::Test {
