@@ -661,6 +661,13 @@ TEST(ExportsEnv, GlooProcessesWriteFilesThatMergeOnOneClock) {
   for (int r = 0; r < kWorld; ++r)
     paths.push_back(dir.file("trace_" + std::to_string(r) + ".json"));
   const json merged = json::parse(trace::merge_chrome_traces(paths));
+  // The command-line merge writes the same trace.
+  std::string cmd = std::string(MESHRT_MESHTRACE) + " merge-chrome";
+  for (const auto& p : paths) cmd += " '" + p + "'";
+  cmd += " -o '" + dir.file("merged.json") + "'";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream merged_file(dir.file("merged.json"));
+  EXPECT_EQ(json::parse(merged_file), merged);
   // Four processes whose clocks were mapped separately: the same collective still overlaps.
   std::map<std::pair<int, int>, std::string> tracks;
   for (const auto& e : merged["traceEvents"]) {

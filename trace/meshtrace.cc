@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "trace/analyzer.h"
+#include "trace/atomic_file.h"
+#include "trace/chrome_trace.h"
 
 namespace {
 
@@ -78,12 +80,34 @@ int main(int argc, char** argv) {
                  "Print one JSON object: {\"ranks\", \"collectives_checked\", \"findings\"}")
       ->excludes(entries);
 
+  std::vector<std::string> chrome_files;
+  std::string chrome_out;
+  CLI::App* merge = app.add_subcommand(
+      "merge-chrome",
+      "Merge per-rank Chrome trace files (MESHRT_TRACE_CHROME with {rank}) into one trace with "
+      "one process per rank and one track per mesh dim, on a common clock (opens in Perfetto).");
+  merge->add_option("FILES", chrome_files, "Per-rank Chrome trace files")->required();
+  merge->add_option("-o,--output", chrome_out, "Merged trace file")->required();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help
     std::fprintf(stderr, "meshtrace: error: %s (see --help)\n", e.what());
     return kBadInput;
+  }
+  if (merge->parsed()) {
+    try {
+      const std::string merged = meshrt::trace::merge_chrome_traces(chrome_files);
+      if (!meshrt::trace::write_file_atomically(chrome_out, merged)) {
+        std::fprintf(stderr, "meshtrace: error: cannot write %s\n", chrome_out.c_str());
+        return kBadInput;
+      }
+      return 0;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "meshtrace: error: %s\n", e.what());
+      return kBadInput;
+    }
   }
   try {
     return run_analyze(args);
