@@ -230,6 +230,35 @@ TEST_F(RecorderTest, PickleDumpReadsBackInPythonAsTheJsonDump) {
   std::filesystem::remove_all(dir);
 }
 
+// Names and error texts come from users and libraries: invalid UTF-8 must not cost the dump.
+TEST_F(RecorderTest, InvalidUtf8IsReplacedInBothFormats) {
+  use(4);
+  auto comm = std::make_shared<trace::CommInfo>();
+  comm->name = "bad\xffname";
+  comm->backend = "inproc";
+  comm->global_ranks = {0};
+  comm->rank = comm->global_rank = 0;
+  trace::OpRecord r;
+  r.record_id = 1;
+  r.comm = comm;
+  r.op = "all_reduce";
+  r.error = "lost \xc3 byte";
+  fr_->on_enqueue(r);
+  const json d = dump_json(0);
+  EXPECT_EQ(d["entries"][0]["process_group"][0], "bad\xef\xbf\xbdname");
+  if (!std::filesystem::exists("/usr/bin/python3")) GTEST_SKIP() << "no /usr/bin/python3";
+  const auto path =
+      std::filesystem::temp_directory_path() / ("fr_utf8_" + std::to_string(getpid()));
+  std::ofstream(path, std::ios::binary)
+      << fr_->render(0, DumpFormat::kPickle, DumpReason::kApi, nullptr);
+  const std::string cmd =
+      "/usr/bin/python3 -c \"import pickle,sys; d=pickle.load(open(sys.argv[1],'rb')); "
+      "assert d['entries'][0]['process_group'][0]=='bad\\ufffdname'\" " +
+      path.string();
+  EXPECT_EQ(std::system(cmd.c_str()), 0);
+  std::filesystem::remove(path);
+}
+
 TEST(FlightRecorderDumps, ApiAndSigusr1WriteSelfDescribingFilesAtomically) {
   auto& fr = FlightRecorder::instance();
   ASSERT_TRUE(fr.enabled());

@@ -462,8 +462,7 @@ std::string FlightRecorder::render(int rank, DumpFormat format, DumpReason reaso
     }
   }
   doc["entries"] = std::move(entries);
-  return to_pickle(Json::parse(doc.dump(-1, ' ', false, Json::error_handler_t::replace)),
-                   {"process_group"});
+  return to_pickle(doc, {"process_group"});
 }
 
 std::vector<std::string> FlightRecorder::dump(DumpReason reason,

@@ -9,7 +9,8 @@
 namespace meshrt::trace {
 
 // Encodes `value`: objects as dicts, arrays as lists (as tuples under a key in `tuple_keys`),
-// strings, integers, doubles, booleans and null as their Python equivalents.
+// strings (invalid UTF-8 replaced by U+FFFD), integers, doubles, booleans and null as their
+// Python equivalents.
 std::string to_pickle(const nlohmann::ordered_json& value, const std::set<std::string>& tuple_keys);
 
 }  // namespace meshrt::trace
