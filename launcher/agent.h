@@ -16,9 +16,6 @@ namespace meshrt::launcher {
 
 struct LocalRank;
 
-// Exit status of a rank whose watchdog fired with MESHRT_ON_TIMEOUT=abort (after its dump).
-inline constexpr int kWatchdogExitCode = 70;
-
 // Runs one node's share of a job. Expects install_signal_handlers() to have run.
 class Agent {
  public:

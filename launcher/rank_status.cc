@@ -29,6 +29,10 @@ std::string utc_now() {
 
 std::string describe(const ExitStatus& exit) {
   if (exit.signal != 0) return "killed by " + signal_name(exit.signal);
+  if (exit.exit_code == kWatchdogExitCode) {
+    return fmt::format("exited with code {} (its watchdog: an op timed out or failed)",
+                       exit.exit_code);
+  }
   return fmt::format("exited with code {}", exit.exit_code);
 }
 

@@ -10,6 +10,11 @@
 
 namespace meshrt::launcher {
 
+// Exit status of a rank whose watchdog fired with MESHRT_ON_TIMEOUT=abort (after its dump). The
+// same value as runtime/watchdog.h's, which the launcher does not include (it uses the store only);
+// tests/launcher_test.cc checks that they agree.
+inline constexpr int kWatchdogExitCode = 70;
+
 // How one rank of an attempt ended, as its agent saw it.
 struct RankStatus {
   int rank = -1;

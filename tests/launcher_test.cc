@@ -21,9 +21,11 @@
 #include <vector>
 
 #include "launcher/post_mortem.h"
+#include "launcher/rank_status.h"
 #include "runtime/error.h"
 #include "runtime/tcp_store.h"
 #include "runtime/tcp_store_server.h"
+#include "runtime/watchdog.h"
 #include "tests/process_harness.h"
 
 #if !defined(MESHRT_MESHRUN) || !defined(MESHRT_LAUNCHER_CHILD) || !defined(MESHRT_MESH_DEMO)
@@ -32,6 +34,9 @@
 
 namespace meshrt::testing {
 namespace {
+
+// meshrun recognises the watchdog's exit status without including the runtime's watchdog.
+static_assert(launcher::kWatchdogExitCode == meshrt::kWatchdogExitCode);
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
