@@ -91,6 +91,7 @@ bool is_loopback(const std::string& host) {
 struct WorldResources {
   std::unique_ptr<TcpStoreServer> server;
   std::shared_ptr<Store> store;
+  std::shared_ptr<Store> watchdog_store;  // The same keys over the watchdog's own connection.
   int rank = 0;
   int world_size = 1;
   std::chrono::milliseconds exit_timeout{0};
@@ -98,7 +99,7 @@ struct WorldResources {
 
   ~WorldResources() {
     if (store && joined) wait_for_all_ranks();
-    Watchdog::instance().clear_job_store(store.get());
+    Watchdog::instance().clear_job_store(watchdog_store.get());
   }
 
   void wait_for_all_ranks() noexcept {
@@ -282,12 +283,18 @@ std::shared_ptr<Communicator> init(const InitOptions& o) {
   co.connect_timeout = o.init_timeout;
   co.timeout = o.init_timeout;
   auto client = std::make_shared<TcpStore>(co);
-  resources->store =
-      std::make_shared<PrefixStore>(fmt::format("meshrt/{}/{}", o.run_id, o.attempt), client);
+  const std::string prefix = fmt::format("meshrt/{}/{}", o.run_id, o.attempt);
+  resources->store = std::make_shared<PrefixStore>(prefix, client);
+  // The watchdog gets a connection of its own with short replies: on the shared one its dump
+  // signals would queue behind a rendezvous wait (a split) of up to the op timeout.
+  TcpStoreOptions watchdog_co = co;
+  watchdog_co.timeout = std::chrono::seconds(10);
+  resources->watchdog_store =
+      std::make_shared<PrefixStore>(prefix, std::make_shared<TcpStore>(watchdog_co));
   resources->rank = o.rank;
   resources->world_size = o.world_size;
   resources->exit_timeout = o.exit_timeout;
-  Watchdog::instance().set_job_store(resources->store, o.run_id, o.world_size);
+  Watchdog::instance().set_job_store(resources->watchdog_store, o.run_id, o.world_size);
   log().info("joining run '{}' as rank {} of {} (from {}), store {}:{}", o.run_id, o.rank,
              o.world_size, o.source, host, port);
 
