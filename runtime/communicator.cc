@@ -191,7 +191,8 @@ void Communicator::number_channels(const Op& op, trace::OpRecord& rec) {
     members->reserve(op.p2p.size());
     for (const P2POp& p : op.p2p) {
       const bool is_send = p.dir == P2POp::Dir::kSend;
-      members->push_back({is_send, p.peer, p.buffer.count, next(is_send, p.peer)});
+      members->push_back(
+          {is_send, p.peer, p.buffer.count, next(is_send, p.peer), dtype_name(p.buffer.dtype)});
     }
     rec.batch = std::move(members);
   }

@@ -264,7 +264,7 @@ namespace {
 
 // One dump entry in PyTorch's key order, then meshrt's keys.
 Json entry_json(const OpRecord& r, std::string_view type, std::string_view meta, const Dims* in,
-                const Dims* out, bool closing) {
+                const Dims* out, bool closing, std::string_view member_dtype = {}) {
   const CommInfo& c = *r.comm;
   const auto wall = [&](int64_t steady_ns) {
     return steady_ns == 0 ? int64_t{0} : r.created_wall_ns + (steady_ns - r.enqueue_ns);
@@ -274,7 +274,7 @@ Json entry_json(const OpRecord& r, std::string_view type, std::string_view meta,
   const bool timed = closing || r.op != "batch_p2p";
   const bool started = timed && r.start_ns != 0;
   const bool ended = timed && r.end_ns != 0;
-  const std::string_view dtype = torch_dtype(r.dtype);
+  const std::string_view dtype = torch_dtype(member_dtype.empty() ? r.dtype : member_dtype);
   auto sizes = [&](const Dims* d) { return d ? Json::array({dims_json(*d)}) : Json::array(); };
   auto dtypes = [&](const Dims* d) { return d ? Json::array({dtype}) : Json::array(); };
 
@@ -346,8 +346,8 @@ void add_entries(Json& entries, const OpRecord& r) {
       one_d.size[0] = static_cast<int64_t>(m.count);
       const std::string meta =
           m.is_send ? fmt::format("{}->{}", c.rank, m.peer) : fmt::format("{}<-{}", c.rank, m.peer);
-      finish(entry_json(r, m.is_send ? "send" : "recv", meta, &one_d, &one_d, false), m.peer,
-             m.channel_seq);
+      finish(entry_json(r, m.is_send ? "send" : "recv", meta, &one_d, &one_d, false, m.dtype),
+             m.peer, m.channel_seq);
     }
     finish(entry_json(r, "coalesced", "", nullptr, nullptr, true), -1, 0);
     return;

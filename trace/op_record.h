@@ -73,6 +73,7 @@ struct P2PMember {
   int peer = -1;             // Group rank.
   uint64_t count = 0;        // Elements.
   uint64_t channel_seq = 0;  // n-th op on the channel (this rank, peer) in its direction.
+  std::string_view dtype;    // "f32", ...: static storage (members may differ).
 };
 
 // Life-cycle state of a recorded op.
