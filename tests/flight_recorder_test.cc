@@ -212,7 +212,10 @@ TEST_F(RecorderTest, PickleDumpReadsBackInPythonAsTheJsonDump) {
       "assert all(isinstance(x['process_group'], tuple) for x in e)\n"
       "assert e[-1]['time_discovered_completed_ns'] is None\n"
       "assert isinstance(e[0]['duration_ms'], float) and isinstance(e[0]['time_created_ns'], int)\n"
+      "f = e[0]['frames'][0]\n"
+      "assert f['filename'].endswith('flight_recorder_test.cc') and f['line'] > 0, f\n"
       "for x in e:\n"
+      "  del x['frames']\n"
       "  for k in ('time_discovered_started_ns', 'time_discovered_completed_ns'):\n"
       "    x[k] = x[k] or 0\n"
       "json.dump(d, open(sys.argv[2], 'w'))\n";

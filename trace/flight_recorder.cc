@@ -455,11 +455,20 @@ std::string FlightRecorder::render(int rank, DumpFormat format, DumpReason reaso
     if (!entries.empty()) doc["entries"] = std::move(entries);
     return doc.dump(1, ' ', false, Json::error_handler_t::replace);
   }
-  // PyTorch's pickle: unknown discovery times are None and entries are always present.
+  // PyTorch's pickle: unknown discovery times are None, entries are always present, and the
+  // optional `frames` (which its JSON never has) hold the one frame meshrt knows: the caller.
   for (auto& e : entries) {
     for (const char* k : {"time_discovered_started_ns", "time_discovered_completed_ns"}) {
       if (e[k] == 0) e[k] = nullptr;
     }
+    Json frames = Json::array();
+    if (const std::string caller = e["caller"]; !caller.empty()) {
+      const auto colon = caller.rfind(':');
+      frames.push_back({{"name", e["profiling_name"]},
+                        {"filename", caller.substr(0, colon)},
+                        {"line", std::atoi(caller.c_str() + colon + 1)}});
+    }
+    e["frames"] = std::move(frames);
   }
   doc["entries"] = std::move(entries);
   return to_pickle(doc, {"process_group"});
