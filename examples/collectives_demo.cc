@@ -12,7 +12,7 @@
 
 #include "mesh/device_mesh.h"
 #include "runtime/meshrt.h"
-#include "trace/comm_logger.h"
+#include "trace/run_report.h"
 #include "trace/scope.h"
 #include "trace/scope_tree.h"
 
@@ -115,14 +115,9 @@ int main() {
       }
       std::printf("%d ranks, %s: %s\n", n, world->backend_version().c_str(),
                   wrong[0] == 0 ? "all results correct" : "WRONG RESULTS");
-      auto& logger = meshrt::trace::CommLogger::instance();
-      if (logger.options().enabled) {
-        std::printf("\ncomm logger summary, rank 0:\n%s",
-                    logger.summary_table(world->global_rank()).c_str());
-      }
-      std::printf("\n%s", meshrt::trace::ScopeTree::instance()
-                              .table(world->global_rank(), 0, isatty(STDOUT_FILENO) != 0)
-                              .c_str());
+      std::printf(
+          "%s",
+          meshrt::trace::run_report(world->global_rank(), isatty(STDOUT_FILENO) != 0).c_str());
     }
     world->barrier()->wait();
     return wrong[0] == 0 ? 0 : 1;

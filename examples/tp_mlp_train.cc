@@ -17,7 +17,7 @@
 
 #include "mesh/device_mesh.h"
 #include "runtime/meshrt.h"
-#include "trace/comm_logger.h"
+#include "trace/run_report.h"
 #include "trace/scope.h"
 #include "trace/scope_tree.h"
 
@@ -197,14 +197,9 @@ int main(int argc, char** argv) {
       }
       std::printf("step %3zu  loss %.4f  (%s)\n", losses.size() - 1, losses.back(),
                   learned ? "loss went down" : "loss did NOT go down");
-      auto& logger = meshrt::trace::CommLogger::instance();
-      if (logger.options().enabled) {
-        std::printf("\ncomm logger summary, rank 0:\n%s",
-                    logger.summary_table(world->global_rank()).c_str());
-      }
-      std::printf("\n%s", meshrt::trace::ScopeTree::instance()
-                              .table(world->global_rank(), 0, isatty(STDOUT_FILENO) != 0)
-                              .c_str());
+      std::printf(
+          "%s",
+          meshrt::trace::run_report(world->global_rank(), isatty(STDOUT_FILENO) != 0).c_str());
     }
     return learned ? 0 : 1;
   } catch (const meshrt::Error& e) {

@@ -70,8 +70,6 @@ class Watchdog {
   // Checks the store for another rank's dump signal now and dumps if it is there (the watchdog
   // thread does this every signal_poll; a rank about to leave the job does it once more).
   void poll_remote_signal();
-  // Whether a dump signal (own or remote) has been handled in this process.
-  bool dumped() const { return dumped_.load(); }
   // Blocks until this process has dumped for a dump signal, or `timeout` passes.
   bool wait_dumped(std::chrono::milliseconds timeout);
   // For tests of the heartbeat monitor: the watchdog thread stops for `duration` at its next loop.

@@ -8,6 +8,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -260,6 +261,27 @@ TEST_F(RecorderTest, InvalidUtf8IsReplacedInBothFormats) {
       path.string();
   EXPECT_EQ(std::system(cmd.c_str()), 0);
   std::filesystem::remove(path);
+}
+
+// A registered DumpWriter receives every local rank's dump instead of the file writer.
+TEST_F(RecorderTest, DumpsGoThroughTheRegisteredWriter) {
+  use(8);
+  struct Capture : trace::DumpWriter {
+    std::optional<std::string> write(int rank, const std::string& bytes) override {
+      dumps[rank] = bytes;
+      return "memory:" + std::to_string(rank);
+    }
+    std::map<int, std::string> dumps;
+  };
+  auto capture = std::make_shared<Capture>();
+  fr_->set_writer(capture);
+  run_inproc(2, [](Communicator& world) { world.barrier()->wait(); });
+  // The worlds are gone: the ranks come from the retained records.
+  EXPECT_EQ(fr_->dump(DumpReason::kApi), (std::vector<std::string>{"memory:0", "memory:1"}));
+  ASSERT_EQ(capture->dumps.size(), 2u);
+  EXPECT_EQ(json::parse(capture->dumps[1])["rank"], 1);
+  EXPECT_EQ(json::parse(capture->dumps[1])["entries"][0]["profiling_name"],
+            "inproc:all_reduce_barrier");
 }
 
 TEST(FlightRecorderDumps, ApiAndSigusr1WriteSelfDescribingFilesAtomically) {

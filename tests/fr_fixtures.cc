@@ -173,35 +173,29 @@ void FrJob::collective(const std::string& group, const std::string& type, int64_
 
 FrEntry& FrJob::send(int rank, const std::string& group, int dst, int64_t numel,
                      const std::string& state) {
-  const FrGroup& g = group_of(rank, group);
-  FrEntry e;
-  e.type = "send";
-  e.meta = fmt::format("{}->{}", local_rank(g, rank), local_rank(g, dst));
-  e.state = state;
-  e.is_p2p = true;
-  e.peer = dst;
-  e.collective_seq = collective_seq_[{rank, group}];
-  e.p2p_seq = ++p2p_seq_[{rank, group}];
-  e.channel_seq = ++channel_seq_[{rank, group, true, dst}];
-  e.input_sizes = {{numel}};
-  e.input_dtypes = {"Float"};
-  return append(rank, group, std::move(e));
+  return p2p(rank, group, /*is_send=*/true, dst, numel, state);
 }
 
 FrEntry& FrJob::recv(int rank, const std::string& group, int src, int64_t numel,
                      const std::string& state) {
+  return p2p(rank, group, /*is_send=*/false, src, numel, state);
+}
+
+FrEntry& FrJob::p2p(int rank, const std::string& group, bool is_send, int peer, int64_t numel,
+                    const std::string& state) {
   const FrGroup& g = group_of(rank, group);
   FrEntry e;
-  e.type = "recv";
-  e.meta = fmt::format("{}<-{}", local_rank(g, rank), local_rank(g, src));
+  e.type = is_send ? "send" : "recv";
+  e.meta = fmt::format("{}{}{}", local_rank(g, rank), is_send ? "->" : "<-", local_rank(g, peer));
   e.state = state;
   e.is_p2p = true;
-  e.peer = src;
+  e.peer = peer;
   e.collective_seq = collective_seq_[{rank, group}];
   e.p2p_seq = ++p2p_seq_[{rank, group}];
-  e.channel_seq = ++channel_seq_[{rank, group, false, src}];
-  e.output_sizes = {{numel}};
-  e.output_dtypes = {"Float"};
+  e.channel_seq = ++channel_seq_[{rank, group, is_send, peer}];
+  // A send records its buffer as input, a recv as output: what the analyzer compares.
+  (is_send ? e.input_sizes : e.output_sizes) = {{numel}};
+  (is_send ? e.input_dtypes : e.output_dtypes) = {"Float"};
   return append(rank, group, std::move(e));
 }
 

@@ -90,6 +90,8 @@ class FrJob {
              const std::vector<int>& ranks = {}) const;
 
  private:
+  FrEntry& p2p(int rank, const std::string& group, bool is_send, int peer, int64_t numel,
+               const std::string& state);
   FrEntry& append(int rank, const std::string& group, FrEntry entry);
   const FrGroup& group_of(int rank, const std::string& name) const;
   int local_rank(const FrGroup& group, int global) const;

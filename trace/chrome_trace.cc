@@ -88,6 +88,16 @@ bool on_track(const Json& e) {
          !(e.value("ph", "") == "M" && e.value("name", "").starts_with("process_"));
 }
 
+// The file's top level: its events, and the clock origin and drop counts a merge needs.
+std::string trace_document(Json events, int64_t origin_ns, Json dropped) {
+  const Json doc = {
+      {"traceEvents", std::move(events)},
+      {"displayTimeUnit", "ms"},
+      {"otherData",
+       {{"producer", "meshrt"}, {"origin_wall_ns", origin_ns}, {"dropped_ops", dropped}}}};
+  return dump(doc);
+}
+
 }  // namespace
 
 std::string chrome_trace(std::span<const RankOps> ranks, int64_t wall_minus_steady_ns) {
@@ -123,12 +133,7 @@ std::string chrome_trace(std::span<const RankOps> ranks, int64_t wall_minus_stea
     }
     if (rank.dropped > 0) dropped[std::to_string(pid)] = rank.dropped;
   }
-  const Json doc = {
-      {"traceEvents", std::move(events)},
-      {"displayTimeUnit", "ms"},
-      {"otherData",
-       {{"producer", "meshrt"}, {"origin_wall_ns", origin_ns}, {"dropped_ops", dropped}}}};
-  return dump(doc);
+  return trace_document(std::move(events), origin_ns, std::move(dropped));
 }
 
 std::string merge_chrome_traces(std::span<const std::string> paths) {
@@ -186,12 +191,7 @@ std::string merge_chrome_traces(std::span<const std::string> paths) {
       events.push_back(std::move(e));
     }
   }
-  const Json doc = {
-      {"traceEvents", std::move(events)},
-      {"displayTimeUnit", "ms"},
-      {"otherData",
-       {{"producer", "meshrt"}, {"origin_wall_ns", origin_ns}, {"dropped_ops", dropped}}}};
-  return dump(doc);
+  return trace_document(std::move(events), origin_ns, std::move(dropped));
 }
 
 }  // namespace meshrt::trace

@@ -220,19 +220,24 @@ void FlightRecorder::on_end(const OpRecord& record) {
   }
 }
 
-std::vector<OpRecord> FlightRecorder::records(int rank) const {
-  std::vector<OpRecord> out;
-  if (!enabled()) return out;
+template <typename F>
+void FlightRecorder::for_each_retained(F&& f) const {
+  if (!enabled()) return;
   const uint64_t high = highest_id_.load(std::memory_order_acquire);
   const uint64_t low = high > capacity_ ? high - capacity_ + 1 : 1;
   for (uint64_t id = low; id <= high; ++id) {
     Slot* s = slot_for(id);
     s->lock();
-    if (s->record.record_id == id && s->record.comm && s->record.comm->global_rank == rank) {
-      out.push_back(s->record);
-    }
+    if (s->record.record_id == id && s->record.comm) f(s->record);
     s->unlock();
   }
+}
+
+std::vector<OpRecord> FlightRecorder::records(int rank) const {
+  std::vector<OpRecord> out;
+  for_each_retained([&](const OpRecord& r) {
+    if (r.comm->global_rank == rank) out.push_back(r);
+  });
   return out;
 }
 
@@ -247,15 +252,9 @@ std::vector<int> FlightRecorder::local_ranks() const {
     std::lock_guard lock(mu_);
     for (const auto& c : comms_) ranks.insert(c->global_rank);
   }
-  if (!ranks.empty() || !enabled()) return {ranks.begin(), ranks.end()};
-  // Every communicator is gone (the rank is at its exit barrier): its records still say who it is.
-  const uint64_t high = highest_id_.load(std::memory_order_acquire);
-  const uint64_t low = high > capacity_ ? high - capacity_ + 1 : 1;
-  for (uint64_t id = low; id <= high; ++id) {
-    Slot* s = slot_for(id);
-    s->lock();
-    if (s->record.record_id == id && s->record.comm) ranks.insert(s->record.comm->global_rank);
-    s->unlock();
+  if (ranks.empty()) {
+    // Every communicator is gone (the rank is at its exit barrier): its records say who it is.
+    for_each_retained([&](const OpRecord& r) { ranks.insert(r.comm->global_rank); });
   }
   return {ranks.begin(), ranks.end()};
 }

@@ -107,6 +107,9 @@ class FlightRecorder : public Sink {
   struct CommEntry;
 
   Slot* slot_for(uint64_t record_id) const;
+  // Calls f(record) for every retained record, oldest first, under its slot's lock.
+  template <typename F>
+  void for_each_retained(F&& f) const;
   void store(const OpRecord& record);
   void update(const OpRecord& record);
 
