@@ -14,13 +14,13 @@ logs=$(mktemp -d /tmp/meshrt-demo-XXXXXX)
 trap 'rm -rf "$logs"' EXIT
 
 echo "== 1. tensor-parallel MLP training on a 2x2 (dp x tp) mesh, traced"
-MESHRT_COMMS_LOG=1 timeout 120 build/launcher/meshrun --standalone --nproc-per-node 4 \
+MESHRT_COMMS_LOG=1 timeout 120 build/meshrun --standalone --nproc-per-node 4 \
   build/examples/tp_mlp_train --mesh 2x2 --steps 60
 train=$?
 
 echo
 echo "== 2. a forced hang: rank 0 runs one all_reduce more than the others"
-timeout 120 build/launcher/meshrun --standalone --nproc-per-node 4 --log-dir "$logs/hang" --tee \
+timeout 120 build/meshrun --standalone --nproc-per-node 4 --log-dir "$logs/hang" --tee \
   build/examples/hang --timeout-ms 2000 2>&1 | tee "$logs/hang.txt"
 hang=${PIPESTATUS[0]}
 # The hang must fail the job (meshrun exits 1) and the verdict must name the all_reduce.

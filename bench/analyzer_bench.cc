@@ -14,8 +14,8 @@
 #include <map>
 #include <sstream>
 
-#include "tests/fr_fixtures.h"
-#include "trace/analyzer.h"
+#include "trace/analyze/analyzer.h"
+#include "trace/analyze/dump_fixtures.h"
 
 namespace {
 

@@ -45,8 +45,10 @@
 #include <vector>
 
 #include "bench/handoff_runner.h"
-#include "runtime/gloo_store.h"
-#include "runtime/meshrt.h"
+#include "mesh/meshrt.h"
+#include "runtime/backends/gloo/gloo_store.h"
+#include "runtime/store/prefix_store.h"
+#include "runtime/store/tcp_store.h"
 
 namespace {
 

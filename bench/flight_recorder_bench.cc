@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <vector>
 
-#include "runtime/meshrt.h"
+#include "mesh/meshrt.h"
 #include "trace/flight_recorder.h"
 #include "trace/scope.h"
 

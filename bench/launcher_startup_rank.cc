@@ -3,7 +3,7 @@
 #include <chrono>
 #include <cstdio>
 
-#include "runtime/meshrt.h"
+#include "mesh/meshrt.h"
 
 int main() {
   auto world = meshrt::init();

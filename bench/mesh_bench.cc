@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "mesh/device_mesh.h"
-#include "runtime/meshrt.h"
+#include "mesh/meshrt.h"
 
 namespace {
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "bench/handoff_runner.h"
-#include "runtime/meshrt.h"
+#include "mesh/meshrt.h"
 #include "runtime/reduce_op.h"
 #include "runtime/validation.h"
 #include "trace/tracer.h"

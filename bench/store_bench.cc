@@ -5,8 +5,8 @@
 #include <chrono>
 #include <string>
 
-#include "runtime/tcp_store.h"
-#include "runtime/tcp_store_server.h"
+#include "runtime/store/tcp_store.h"
+#include "runtime/store/tcp_store_server.h"
 
 namespace meshrt {
 namespace {

@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/meshrt.h"
+#include "mesh/meshrt.h"
 #include "trace/comm_logger.h"
 #include "trace/exports.h"
 #include "trace/flight_recorder.h"

@@ -14,7 +14,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "runtime/meshrt.h"
+#include "mesh/meshrt.h"
 
 namespace {
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "mesh/device_mesh.h"
-#include "runtime/meshrt.h"
+#include "mesh/meshrt.h"
 
 namespace {
 

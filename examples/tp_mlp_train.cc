@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "mesh/device_mesh.h"
-#include "runtime/meshrt.h"
+#include "mesh/meshrt.h"
 #include "trace/run_report.h"
 #include "trace/scope.h"
 #include "trace/scope_tree.h"

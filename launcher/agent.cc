@@ -16,7 +16,7 @@
 #include "launcher/signals.h"
 #include "launcher/summary.h"
 #include "runtime/error.h"
-#include "runtime/prefix_store.h"
+#include "runtime/store/prefix_store.h"
 
 namespace meshrt::launcher {
 

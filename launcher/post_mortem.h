@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-#include "runtime/store.h"
+#include "runtime/store/store.h"
 
 namespace meshrt::launcher {
 

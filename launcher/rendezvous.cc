@@ -8,8 +8,8 @@
 #include <thread>
 
 #include "runtime/error.h"
-#include "runtime/prefix_store.h"
-#include "runtime/tcp_store.h"
+#include "runtime/store/prefix_store.h"
+#include "runtime/store/tcp_store.h"
 
 namespace meshrt::launcher {
 namespace {

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/store.h"
-#include "runtime/tcp_store_server.h"
+#include "runtime/store/store.h"
+#include "runtime/store/tcp_store_server.h"
 
 namespace meshrt::launcher {
 

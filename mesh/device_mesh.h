@@ -12,8 +12,8 @@
 #include <string_view>
 #include <vector>
 
-#include "mesh/layout.h"
-#include "runtime/communicator.h"
+#include "../runtime/communicator.h"
+#include "layout.h"
 
 namespace meshrt {
 

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/op.h"
+#include "op.h"
 
 namespace meshrt {
 

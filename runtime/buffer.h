@@ -8,7 +8,7 @@
 #include <span>
 #include <vector>
 
-#include "runtime/dtype.h"
+#include "dtype.h"
 
 namespace meshrt {
 

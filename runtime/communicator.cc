@@ -9,12 +9,12 @@
 
 #include "runtime/debug_stats.h"
 #include "runtime/error.h"
-#include "runtime/logging.h"
 #include "runtime/validation.h"
 #include "runtime/watchdog.h"
 #include "trace/comm_logger.h"
 #include "trace/exports.h"
 #include "trace/flight_recorder.h"
+#include "trace/logging.h"
 #include "trace/straggler.h"
 #include "trace/tracer.h"
 
@@ -100,6 +100,7 @@ WorkHandle Communicator::enqueue(Op op, OpOptions options, const std::source_loc
 
   trace::OpRecord rec;
   rec.comm = info_;
+  rec.kind = op.kind;
   rec.op = op_kind_name(op.kind);
   rec.is_p2p = is_p2p(op.kind);
   if (op.kind != OpKind::kBarrier) {

@@ -15,9 +15,9 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/backend.h"
-#include "runtime/work.h"
-#include "trace/op_record.h"
+#include "../trace/op_record.h"
+#include "backend.h"
+#include "work.h"
 
 namespace meshrt {
 

@@ -13,14 +13,14 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/backends/gloo/gloo_backend.h"
 #include "runtime/error.h"
-#include "runtime/gloo_backend.h"
-#include "runtime/logging.h"
-#include "runtime/prefix_store.h"
+#include "runtime/store/prefix_store.h"
+#include "runtime/store/tcp_store.h"
+#include "runtime/store/tcp_store_server.h"
 #include "runtime/straggler_exchange.h"
-#include "runtime/tcp_store.h"
-#include "runtime/tcp_store_server.h"
 #include "runtime/watchdog.h"
+#include "trace/logging.h"
 
 namespace meshrt {
 namespace {

@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "runtime/communicator.h"
+#include "communicator.h"
 
 namespace meshrt {
 

@@ -7,31 +7,14 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/buffer.h"
-#include "runtime/reduce_op.h"
+#include "../trace/op_kind.h"
+#include "buffer.h"
+#include "reduce_op.h"
 
 namespace meshrt {
 
-// Every op a communicator offers.
-enum class OpKind : uint8_t {
-  kAllReduce,
-  kBroadcast,
-  kReduce,
-  kAllGather,
-  kReduceScatter,
-  kAllToAll,
-  kGather,
-  kScatter,
-  kBarrier,
-  kSend,
-  kRecv,
-  kBatchP2P,
-};
-
-// snake_case name: "all_reduce", "batch_p2p", ...
-std::string_view op_kind_name(OpKind kind);
-// True for send, recv and batches of them.
-bool is_p2p(OpKind kind);
+using trace::is_p2p;
+using trace::op_kind_name;
 
 // One member of a batch of point-to-point ops (batch_isend_irecv).
 struct P2POp {

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "runtime/dtype.h"
+#include "dtype.h"
 
 namespace meshrt {
 

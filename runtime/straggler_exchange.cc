@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "runtime/error.h"
-#include "runtime/logging.h"
-#include "runtime/store_protocol.h"
+#include "runtime/store/store_protocol.h"
+#include "trace/logging.h"
 
 namespace meshrt {
 namespace {

@@ -12,7 +12,7 @@
 #include <cstddef>
 #include <optional>
 
-#include "runtime/store.h"
+#include "runtime/store/store.h"
 #include "trace/straggler.h"
 
 namespace meshrt {

@@ -9,8 +9,8 @@
 #include <thread>
 
 #include "runtime/communicator.h"
-#include "runtime/logging.h"
 #include "runtime/work.h"
+#include "trace/logging.h"
 #include "trace/tracer.h"
 
 namespace meshrt {

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/store.h"
+#include "runtime/store/store.h"
 #include "trace/flight_recorder.h"
 
 namespace meshrt {

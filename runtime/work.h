@@ -7,8 +7,8 @@
 #include <mutex>
 #include <optional>
 
-#include "runtime/error.h"
-#include "trace/op_record.h"
+#include "../trace/op_record.h"
+#include "error.h"
 
 namespace meshrt {
 

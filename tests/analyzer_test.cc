@@ -2,7 +2,7 @@
 // followed across groups, p2p channels, coalesced groups, wrapped rings, missing and corrupt
 // files, version checks, PyTorch FR pickles written by Python's own pickler, and the CLI's exit
 // statuses and JSON. Dumps come from a simulated job (tests/fr_fixtures.h).
-#include "trace/analyzer.h"
+#include "trace/analyze/analyzer.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -15,10 +15,10 @@
 #include <random>
 #include <sstream>
 
-#include "tests/fr_fixtures.h"
 #include "tests/process_harness.h"
-#include "trace/json_cursor.h"
-#include "trace/pickle_reader.h"
+#include "trace/analyze/dump_fixtures.h"
+#include "trace/analyze/json_cursor.h"
+#include "trace/analyze/pickle_reader.h"
 
 #ifndef MESHRT_MESHTRACE
 #error "MESHRT_MESHTRACE must name the meshtrace binary"

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mesh/device_mesh.h"
-#include "runtime/meshrt.h"
+#include "mesh/meshrt.h"
 #include "tests/process_harness.h"
 #include "trace/bandwidth.h"
 
@@ -67,8 +67,8 @@ TEST_F(CommLoggerTest, RowsByMeshDimOpAndSizeBucket) {
     ASSERT_NE(dp_big, nullptr);
     EXPECT_EQ(dp_big->count, 1u);
     // busbw from the group of 2, not the world of 4: factor 2(n-1)/n = 1.
-    EXPECT_NEAR(dp_big->busbw_gbps, trace::busbw_gbps("all_reduce", 2, 4000, dp_big->avg_ms * 1e3),
-                1e-9);
+    EXPECT_NEAR(dp_big->busbw_gbps,
+                trace::busbw_gbps(OpKind::kAllReduce, 2, 4000, dp_big->avg_ms * 1e3), 1e-9);
     EXPECT_NEAR(dp_big->algbw_gbps, 4000 / (dp_big->avg_ms * 1e6), 1e-9);
     EXPECT_LE(dp_big->p50_ms, dp_big->p99_ms);
     const SummaryRow* gather = find(rows, "tp", "all_gather", 4096);  // S = 8000 B, the output

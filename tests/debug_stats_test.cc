@@ -7,7 +7,7 @@
 #include <cmath>
 #include <limits>
 
-#include "runtime/meshrt.h"
+#include "mesh/meshrt.h"
 
 namespace meshrt {
 namespace {

@@ -18,7 +18,7 @@
 #include <sstream>
 
 #include "mesh/device_mesh.h"
-#include "runtime/meshrt.h"
+#include "mesh/meshrt.h"
 #include "tests/process_harness.h"
 #include "trace/bandwidth.h"
 #include "trace/chrome_trace.h"

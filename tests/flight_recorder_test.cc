@@ -13,7 +13,8 @@
 #include <thread>
 
 #include "mesh/device_mesh.h"
-#include "runtime/meshrt.h"
+#include "mesh/meshrt.h"
+#include "runtime/watchdog.h"
 #include "trace/scope.h"
 
 namespace meshrt {

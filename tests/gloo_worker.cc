@@ -7,7 +7,7 @@
 #include <string>
 #include <thread>
 
-#include "runtime/meshrt.h"
+#include "mesh/meshrt.h"
 #include "tests/collective_checks.h"
 
 namespace {

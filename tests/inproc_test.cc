@@ -5,7 +5,7 @@
 #include <atomic>
 #include <mutex>
 
-#include "runtime/meshrt.h"
+#include "mesh/meshrt.h"
 #include "tests/collective_checks.h"
 
 namespace meshrt {

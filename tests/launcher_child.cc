@@ -29,9 +29,9 @@
 #include <string>
 #include <thread>
 
-#include "runtime/meshrt.h"
-#include "runtime/prefix_store.h"
-#include "runtime/tcp_store.h"
+#include "mesh/meshrt.h"
+#include "runtime/store/prefix_store.h"
+#include "runtime/store/tcp_store.h"
 
 namespace {
 

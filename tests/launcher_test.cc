@@ -23,8 +23,8 @@
 #include "launcher/post_mortem.h"
 #include "launcher/rank_status.h"
 #include "runtime/error.h"
-#include "runtime/tcp_store.h"
-#include "runtime/tcp_store_server.h"
+#include "runtime/store/tcp_store.h"
+#include "runtime/store/tcp_store_server.h"
 #include "runtime/watchdog.h"
 #include "tests/process_harness.h"
 

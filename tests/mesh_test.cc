@@ -11,7 +11,7 @@
 #include <numeric>
 
 #include "mesh/device_mesh.h"
-#include "runtime/meshrt.h"
+#include "mesh/meshrt.h"
 
 namespace meshrt {
 namespace {

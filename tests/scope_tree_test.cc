@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mesh/device_mesh.h"
-#include "runtime/meshrt.h"
+#include "mesh/meshrt.h"
 #include "trace/scope.h"
 
 namespace meshrt {

@@ -22,11 +22,11 @@
 #include <boost/asio.hpp>
 
 #include "runtime/error.h"
-#include "runtime/prefix_store.h"
-#include "runtime/store.h"
-#include "runtime/store_protocol.h"
-#include "runtime/tcp_store.h"
-#include "runtime/tcp_store_server.h"
+#include "runtime/store/prefix_store.h"
+#include "runtime/store/store.h"
+#include "runtime/store/store_protocol.h"
+#include "runtime/store/tcp_store.h"
+#include "runtime/store/tcp_store_server.h"
 
 namespace meshrt {
 namespace {

@@ -14,10 +14,10 @@
 #include <thread>
 
 #include "mesh/device_mesh.h"
-#include "runtime/meshrt.h"
+#include "mesh/meshrt.h"
+#include "runtime/store/tcp_store.h"
+#include "runtime/store/tcp_store_server.h"
 #include "runtime/straggler_exchange.h"
-#include "runtime/tcp_store.h"
-#include "runtime/tcp_store_server.h"
 #include "tests/process_harness.h"
 
 #ifndef MESHRT_STRAGGLER_WORKER

@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/meshrt.h"
+#include "mesh/meshrt.h"
 
 namespace {
 

@@ -7,7 +7,7 @@
 #include <limits>
 #include <mutex>
 
-#include "runtime/meshrt.h"
+#include "mesh/meshrt.h"
 #include "runtime/validation.h"
 #include "trace/bandwidth.h"
 #include "trace/scope.h"
@@ -304,14 +304,18 @@ TEST(Bandwidth, NcclTestsFactorsTable) {
                                                         {"send", 2, 1.0},
                                                         {"recv", 2, 1.0},
                                                         {"all_reduce", 1, 0.0},
-                                                        {"barrier", 4, 0.0}};
+                                                        {"barrier", 4, 0.0},
+                                                        {"batch_p2p", 4, 1.0}};
   for (const auto& [op, n, factor] : table) {
-    EXPECT_DOUBLE_EQ(trace::bus_factor(op, n), factor) << op << " n=" << n;
+    const auto kind = trace::op_kind_from_name(op);
+    ASSERT_TRUE(kind) << op;
+    EXPECT_EQ(trace::op_kind_name(*kind), op);
+    EXPECT_DOUBLE_EQ(trace::bus_factor(*kind, n), factor) << op << " n=" << n;
   }
   // 64 MiB in 50 ms: algbw 1.342 GB/s; all_reduce on 2 ranks: busbw = algbw (not doubled).
   EXPECT_NEAR(trace::algbw_gbps(64u << 20, 50000.0), 1.34217728, 1e-9);
-  EXPECT_NEAR(trace::busbw_gbps("all_reduce", 2, 64u << 20, 50000.0), 1.34217728, 1e-9);
-  EXPECT_NEAR(trace::busbw_gbps("all_reduce", 4, 1000000, 1000.0), 1.5, 1e-12);
+  EXPECT_NEAR(trace::busbw_gbps(OpKind::kAllReduce, 2, 64u << 20, 50000.0), 1.34217728, 1e-9);
+  EXPECT_NEAR(trace::busbw_gbps(OpKind::kAllReduce, 4, 1000000, 1000.0), 1.5, 1e-12);
   EXPECT_EQ(trace::algbw_gbps(100, 0.0), 0.0);
 }
 

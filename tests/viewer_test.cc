@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mesh/device_mesh.h"
-#include "runtime/meshrt.h"
+#include "mesh/meshrt.h"
 #include "trace/scope.h"
 #include "trace/scope_tree.h"
 #include "trace/scope_tree_html.h"

@@ -2,16 +2,20 @@
 
 namespace meshrt::trace {
 
-double bus_factor(std::string_view op, int n) {
+double bus_factor(OpKind kind, int n) {
   if (n <= 0) return 0.0;
   const double ring = static_cast<double>(n - 1) / n;
-  if (op == "all_reduce") return 2.0 * ring;
-  if (op == "all_gather" || op == "reduce_scatter" || op == "all_to_all" || op == "gather" ||
-      op == "scatter") {
-    return ring;
+  switch (op_info(kind).bus) {
+    case BusRule::kZero:
+      return 0.0;
+    case BusRule::kOne:
+      return 1.0;
+    case BusRule::kRing:
+      return ring;
+    case BusRule::kDoubleRing:
+      return 2.0 * ring;
   }
-  if (op == "barrier") return 0.0;
-  return 1.0;  // broadcast, reduce, send, recv, batch_p2p: bound by one link.
+  return 0.0;
 }
 
 double algbw_gbps(uint64_t bytes, double duration_us) {
@@ -19,8 +23,8 @@ double algbw_gbps(uint64_t bytes, double duration_us) {
   return static_cast<double>(bytes) / (duration_us * 1e3);  // bytes/us / 1e3 = GB/s
 }
 
-double busbw_gbps(std::string_view op, int n, uint64_t bytes, double duration_us) {
-  return algbw_gbps(bytes, duration_us) * bus_factor(op, n);
+double busbw_gbps(OpKind kind, int n, uint64_t bytes, double duration_us) {
+  return algbw_gbps(bytes, duration_us) * bus_factor(kind, n);
 }
 
 }  // namespace meshrt::trace

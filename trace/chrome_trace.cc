@@ -50,7 +50,7 @@ Json complete_event(const OpRecord& r, int tid, int64_t start_wall_ns, int64_t o
                {"state", op_state_name(r.state)},
                {"queued_us", r.start_ns > 0 ? (r.start_ns - r.enqueue_ns) / 1e3 : 0.0},
                {"algbw_gbps", algbw_gbps(r.bytes, us)},
-               {"busbw_gbps", busbw_gbps(r.op, n, r.bytes, us)},
+               {"busbw_gbps", busbw_gbps(r.kind, n, r.bytes, us)},
                {"caller", fmt::format("{}:{}", r.caller_file, r.caller_line)}};
   Json event = {{"name", r.op}, {"cat", track_of(c)}, {"ph", "X"}};
   event["pid"] = c.global_rank;

@@ -130,7 +130,7 @@ void CommLogger::on_end(const OpRecord& r) {
   {
     std::lock_guard lock(mu_);
     if (!options_.enabled || !active_ || !selected(r.op)) return;
-    Row& row = rows_[Key{r.comm->global_rank, r.comm->uid, r.op, size_bucket(r.bytes)}];
+    Row& row = rows_[Key{r.comm->global_rank, r.comm->uid, r.kind, size_bucket(r.bytes)}];
     if (!row.comm) {
       row.comm = r.comm;
       row.samples_ns.reserve(kSamples);
@@ -152,7 +152,7 @@ void CommLogger::on_end(const OpRecord& r) {
         "[meshrt rank {}] comm op: {} | dim: {} | group: {} | size: {} B | time (ms): {:.3f} | "
         "algbw (GB/s): {:.3f} | busbw (GB/s): {:.3f}",
         r.comm->global_rank, r.op, r.comm->mesh_dim.empty() ? r.comm->name : r.comm->mesh_dim, n,
-        r.bytes, us / 1e3, algbw_gbps(r.bytes, us), busbw_gbps(r.op, n, r.bytes, us));
+        r.bytes, us / 1e3, algbw_gbps(r.bytes, us), busbw_gbps(r.kind, n, r.bytes, us));
     if (r.debug) {
       line += fmt::format(" | in: {} | out: {}", format_tensor_stats(r.debug->input),
                           format_tensor_stats(r.debug->output));
@@ -163,8 +163,8 @@ void CommLogger::on_end(const OpRecord& r) {
 }
 
 std::vector<SummaryRow> CommLogger::summary(int global_rank) const {
-  std::map<std::tuple<std::string, std::string, std::string, int, uint64_t>, SummaryRow> merged;
-  std::map<std::tuple<std::string, std::string, std::string, int, uint64_t>,
+  std::map<std::tuple<std::string, std::string, OpKind, int, uint64_t>, SummaryRow> merged;
+  std::map<std::tuple<std::string, std::string, OpKind, int, uint64_t>,
            std::pair<std::vector<int64_t>, uint64_t>>
       samples;  // Communicators of one dim (e.g. two meshes) merge into one row.
   {
@@ -174,11 +174,12 @@ std::vector<SummaryRow> CommLogger::summary(int global_rank) const {
       const int n = static_cast<int>(row.comm->global_ranks.size());
       const auto k =
           std::make_tuple(row.comm->mesh_dim, row.comm->mesh_dim.empty() ? row.comm->name : "",
-                          std::string(key.op), n, key.bucket);
+                          key.kind, n, key.bucket);
       SummaryRow& s = merged[k];
       s.mesh_dim = row.comm->mesh_dim;
       s.comm = s.comm.empty() ? row.comm->name : s.comm;
-      s.op = std::string(key.op);
+      s.op = std::string(op_kind_name(key.kind));
+      s.kind = key.kind;
       s.group_size = n;
       s.bytes = key.bucket;
       s.count += row.count;
@@ -196,7 +197,7 @@ std::vector<SummaryRow> CommLogger::summary(int global_rank) const {
     s.p99_ms = percentile_ms(all, 0.99);
     const double mean_bytes = s.count ? static_cast<double>(bytes) / s.count : 0;
     s.algbw_gbps = algbw_gbps(static_cast<uint64_t>(mean_bytes), s.avg_ms * 1e3);
-    s.busbw_gbps = s.algbw_gbps * bus_factor(s.op, s.group_size);
+    s.busbw_gbps = s.algbw_gbps * bus_factor(s.kind, s.group_size);
     out.push_back(std::move(s));
   }
   return out;

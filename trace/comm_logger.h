@@ -29,7 +29,8 @@ struct CommLoggerOptions {
 struct SummaryRow {
   std::string mesh_dim;  // Empty for a communicator outside any mesh (then `comm` names it).
   std::string comm;
-  std::string op;
+  std::string op;  // op_kind_name(kind)
+  OpKind kind = OpKind::kBarrier;
   int group_size = 0;
   uint64_t bytes = 0;  // Bucket: the largest power of two <= the message size.
   uint64_t count = 0;
@@ -79,7 +80,7 @@ class CommLogger : public Sink {
   struct Key {
     int global_rank;
     uint64_t comm_uid;
-    std::string_view op;  // Static storage: cheap to hash and compare.
+    OpKind kind;
     uint64_t bucket;
     auto operator<=>(const Key&) const = default;
   };

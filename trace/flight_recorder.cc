@@ -13,6 +13,7 @@
 
 #include "meshrt_config.h"
 #include "trace/atomic_file.h"
+#include "trace/dump.h"
 #include "trace/pickle_writer.h"
 
 namespace meshrt::trace {

@@ -125,7 +125,4 @@ class FlightRecorder : public Sink {
   std::mutex dump_mu_;
 };
 
-// Dumps this process's ranks now (API trigger); returns the paths written.
-std::vector<std::string> dump_flight_recorder();
-
 }  // namespace meshrt::trace

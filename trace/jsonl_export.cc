@@ -42,7 +42,7 @@ void append_jsonl(const OpRecord& r, std::string& out) {
                      {"state", op_state_name(r.state)},
                      {"duration_us", us},
                      {"algbw_gbps", algbw_gbps(r.bytes, us)},
-                     {"busbw_gbps", busbw_gbps(r.op, n, r.bytes, us)},
+                     {"busbw_gbps", busbw_gbps(r.kind, n, r.bytes, us)},
                      {"scope", scope->path},
                      {"phase", phase_name(scope->phase)},
                      {"thread_id", r.thread_id},

@@ -12,7 +12,8 @@
 #include <string_view>
 #include <vector>
 
-#include "trace/scope.h"
+#include "op_kind.h"
+#include "scope.h"
 
 namespace meshrt::trace {
 
@@ -87,7 +88,8 @@ std::string_view op_state_name(OpState state);
 struct OpRecord {
   uint64_t record_id = 0;  // Process-wide, rising across all communicators (first = 1).
   std::shared_ptr<const CommInfo> comm;
-  std::string_view op;          // "all_reduce", "send", ...: static storage.
+  OpKind kind = OpKind::kBarrier;
+  std::string_view op;          // op_kind_name(kind): "all_reduce", "send", ...
   std::string_view dtype;       // "f32", ...: static storage; empty for barrier.
   std::string_view reduce_op;   // "sum", ...: empty when the op does not reduce.
   uint64_t collective_seq = 0;  // Per-communicator collective count at this op (first = 1).

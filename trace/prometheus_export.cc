@@ -112,7 +112,8 @@ void PrometheusMetrics::add(const OpRecord& r) {
   const double us = (r.end_ns - r.start_ns) / 1e3;
   ++s.count;
   s.exec_time_sum_us += us;
-  const double busbw = busbw_gbps(r.op, static_cast<int>(r.comm->global_ranks.size()), r.bytes, us);
+  const double busbw =
+      busbw_gbps(r.kind, static_cast<int>(r.comm->global_ranks.size()), r.bytes, us);
   if (busbw > 0) {
     s.busbw_log_sum += std::log(busbw);
     ++s.busbw_count;

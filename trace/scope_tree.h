@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "trace/tracer.h"
+#include "tracer.h"
 
 namespace meshrt::trace {
 

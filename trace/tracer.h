@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "trace/op_record.h"
+#include "op_record.h"
 
 namespace meshrt::trace {
 

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "trace/dump_reader.h"
+#include "trace/analyze/dump_reader.h"
 
 namespace meshrt::trace {
 

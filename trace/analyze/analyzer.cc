@@ -1,4 +1,4 @@
-#include "trace/analyzer.h"
+#include "trace/analyze/analyzer.h"
 
 #include <fmt/format.h>
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/store.h"
+#include "runtime/store/store.h"
 
 namespace meshrt {
 

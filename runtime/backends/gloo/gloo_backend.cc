@@ -1,4 +1,4 @@
-#include "runtime/gloo_backend.h"
+#include "runtime/backends/gloo/gloo_backend.h"
 
 #include <fmt/format.h>
 #include <gloo/allgather.h>
@@ -20,9 +20,9 @@
 #include <mutex>
 #include <numeric>
 
+#include "runtime/backends/gloo/gloo_store.h"
 #include "runtime/error.h"
-#include "runtime/gloo_store.h"
-#include "runtime/prefix_store.h"
+#include "runtime/store/prefix_store.h"
 
 namespace meshrt {
 namespace {

@@ -1,4 +1,4 @@
-#include "runtime/inproc_backend.h"
+#include "runtime/backends/inproc/inproc_backend.h"
 
 #include <fmt/format.h>
 
@@ -13,8 +13,8 @@
 
 #include "runtime/error.h"
 #include "runtime/init.h"
-#include "runtime/logging.h"
 #include "runtime/watchdog.h"
+#include "trace/logging.h"
 
 namespace meshrt {
 namespace {

@@ -1,4 +1,4 @@
-#include "trace/dump_reader.h"
+#include "trace/analyze/dump_reader.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -16,8 +16,8 @@
 #include <thread>
 #include <unordered_map>
 
-#include "trace/json_cursor.h"
-#include "trace/pickle_reader.h"
+#include "trace/analyze/json_cursor.h"
+#include "trace/analyze/pickle_reader.h"
 
 namespace meshrt::trace {
 namespace {

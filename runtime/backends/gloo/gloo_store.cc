@@ -1,4 +1,4 @@
-#include "runtime/gloo_store.h"
+#include "runtime/backends/gloo/gloo_store.h"
 
 namespace meshrt {
 

@@ -1,4 +1,4 @@
-#include "runtime/tcp_store.h"
+#include "runtime/store/tcp_store.h"
 
 #include <fmt/format.h>
 
@@ -14,7 +14,7 @@
 #include <boost/asio.hpp>
 
 #include "runtime/error.h"
-#include "runtime/store_protocol.h"
+#include "runtime/store/store_protocol.h"
 
 namespace meshrt {
 namespace {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "trace/analyzer.h"
+#include "trace/analyze/analyzer.h"
 #include "trace/atomic_file.h"
 #include "trace/chrome_trace.h"
 

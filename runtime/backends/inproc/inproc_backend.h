@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/communicator.h"
+#include "../../communicator.h"
 
 namespace meshrt {
 

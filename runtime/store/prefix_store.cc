@@ -1,9 +1,9 @@
-#include "runtime/prefix_store.h"
+#include "runtime/store/prefix_store.h"
 
 #include <utility>
 
 #include "runtime/error.h"
-#include "runtime/store_protocol.h"
+#include "runtime/store/store_protocol.h"
 
 namespace meshrt {
 

@@ -1,4 +1,4 @@
-#include "runtime/tcp_store_server.h"
+#include "runtime/store/tcp_store_server.h"
 
 #include <fmt/format.h>
 
@@ -19,7 +19,7 @@
 #include <boost/asio.hpp>
 
 #include "runtime/error.h"
-#include "runtime/store_protocol.h"
+#include "runtime/store/store_protocol.h"
 
 namespace meshrt {
 namespace {

@@ -1,4 +1,4 @@
-#include "trace/json_cursor.h"
+#include "trace/analyze/json_cursor.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "runtime/logging.h"
+#include "trace/logging.h"
 
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_sinks.h>

@@ -1,4 +1,4 @@
-#include "tests/fr_fixtures.h"
+#include "trace/analyze/dump_fixtures.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

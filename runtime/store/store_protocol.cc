@@ -1,4 +1,4 @@
-#include "runtime/store_protocol.h"
+#include "runtime/store/store_protocol.h"
 
 #include <fmt/format.h>
 

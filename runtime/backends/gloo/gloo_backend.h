@@ -6,7 +6,7 @@
 #include <string>
 
 #include "runtime/backend.h"
-#include "runtime/store.h"
+#include "runtime/store/store.h"
 
 namespace meshrt {
 

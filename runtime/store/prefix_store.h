@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/store.h"
+#include "runtime/store/store.h"
 
 namespace meshrt {
 

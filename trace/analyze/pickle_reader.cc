@@ -1,4 +1,4 @@
-#include "trace/pickle_reader.h"
+#include "trace/analyze/pickle_reader.h"
 
 #include <fmt/format.h>
 

@@ -7,7 +7,7 @@
 #include <chrono>
 #include <memory>
 
-#include "runtime/store.h"
+#include "runtime/store/store.h"
 
 namespace meshrt {
 

@@ -1,0 +1,74 @@
+// The one table of facts about each op kind: its name, whether it is point-to-point, whether it
+// reduces, nccl-tests' bus-bandwidth factor and which buffer defines its message size. The
+// runtime (validation, records, backends), the bandwidth formulas, the exports and the analyzer
+// all read it; no op name is compared as a string anywhere else.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+
+namespace meshrt {
+
+// Every op a communicator offers.
+enum class OpKind : uint8_t {
+  kAllReduce,
+  kBroadcast,
+  kReduce,
+  kAllGather,
+  kReduceScatter,
+  kAllToAll,
+  kGather,
+  kScatter,
+  kBarrier,
+  kSend,
+  kRecv,
+  kBatchP2P,
+};
+
+}  // namespace meshrt
+
+namespace meshrt::trace {
+
+// busbw / algbw as nccl-tests defines it, for a group of n ranks.
+enum class BusRule : uint8_t {
+  kZero,        // barrier: moves no data.
+  kOne,         // broadcast, reduce, send, recv, batches: bound by one link.
+  kRing,        // all_gather, reduce_scatter, all_to_all, gather, scatter: (n-1)/n.
+  kDoubleRing,  // all_reduce: 2(n-1)/n.
+};
+
+// Which bytes make the message size S (nccl-tests' convention).
+enum class SizeRule : uint8_t {
+  kNone,             // barrier.
+  kInput,            // all_reduce, broadcast, reduce, reduce_scatter, send, recv.
+  kOutput,           // all_gather: the whole gathered array.
+  kLargerBuffer,     // all_to_all: max(input, output) (uneven splits differ per rank).
+  kRootOutput,       // gather: the root's output; elsewhere input x n.
+  kRootInput,        // scatter: the root's input; elsewhere output x n.
+  kLargerDirection,  // batch_p2p: max(bytes sent, bytes received).
+};
+
+// The facts about one op kind.
+struct OpKindInfo {
+  OpKind kind;
+  std::string_view name;  // snake_case, as records, dumps and exports spell it: "all_reduce".
+  bool p2p;               // send, recv and batches: matched per channel, not per collective.
+  bool reduces;           // Takes a ReduceOp.
+  BusRule bus;
+  SizeRule size;
+};
+
+// The row of `kind`.
+const OpKindInfo& op_info(OpKind kind);
+// Every row, in OpKind order.
+std::span<const OpKindInfo> op_kinds();
+// The kind named `name` ("all_reduce", ...); nullopt for names meshrt does not produce.
+std::optional<OpKind> op_kind_from_name(std::string_view name);
+
+// Shorthands for op_info(kind).name and .p2p.
+inline std::string_view op_kind_name(OpKind kind) { return op_info(kind).name; }
+inline bool is_p2p(OpKind kind) { return op_info(kind).p2p; }
+
+}  // namespace meshrt::trace
