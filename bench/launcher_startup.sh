@@ -4,7 +4,7 @@
 #   bench/launcher_startup.sh BUILD_DIR [-r ROUNDS] [-n NPROC] [-o OUT_DIR]
 #
 # Per round, in rotated order (meshrun first in rounds 0,1,4,5,...; torchrun in 2,3,6,...):
-#   meshrun   BUILD_DIR/launcher/meshrun --standalone --nproc-per-node N bench/launcher_startup_rank
+#   meshrun   BUILD_DIR/meshrun --standalone --nproc-per-node N bench/launcher_startup_rank
 #   torchrun  /usr/bin/python3 bench/torchrun_patched.py --standalone --nproc_per_node N
 #             --monitor_interval 0.1 bench/launcher_startup_rank.py   (gloo, GLOO_SOCKET_IFNAME=lo)
 # Each rank prints the wall-clock time at which its world init returned (meshrt::init() /
@@ -33,7 +33,7 @@ done
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 PY=/usr/bin/python3
-MESHRUN="$BUILD/launcher/meshrun"
+MESHRUN="$BUILD/meshrun"
 RANK_BIN="$BUILD/bench/launcher_startup_rank"
 for f in "$MESHRUN" "$RANK_BIN"; do
   [ -x "$f" ] || { echo "launcher_startup.sh: $f not found: build it first" >&2; exit 2; }
