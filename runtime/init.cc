@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "runtime/error.h"
+#include "runtime/error_file.h"
 #include "runtime/gloo_backend.h"
 #include "runtime/logging.h"
 #include "runtime/prefix_store.h"
@@ -245,6 +246,8 @@ InitOptions init_options_from_env() {
 }
 
 std::shared_ptr<Communicator> init(const InitOptions& o) {
+  // Under meshrun or torchrun, an uncaught exception then reaches the launcher's summary.
+  install_error_file_handler_from_env();
   if (o.world_size < 1 || o.rank < 0 || o.rank >= o.world_size) {
     throw Error(ErrorCode::kInvalidArgument, {o.rank, "", "init", -1},
                 fmt::format("rank {} and world size {} do not fit", o.rank, o.world_size));
