@@ -36,9 +36,9 @@ using std::chrono::milliseconds;
 constexpr milliseconds kPollSlice{200};
 // How long the ranks' output may go on after they ended (a helper holding the pipe).
 constexpr milliseconds kOutputDrain{1000};
-// Bound on fetching one dump from the store, and on the analyzer.
+// Bound on fetching one dump from the store, and on each meshtrace run (analyze, report).
 constexpr milliseconds kFetchTimeout{10000};
-constexpr milliseconds kAnalyzeTimeout{60000};
+constexpr milliseconds kMeshtraceTimeout{60000};
 // How long node 0 waits, beyond the grace period, for the others to read the outcome.
 constexpr milliseconds kLeaveMargin{10000};
 // While stopping ranks, poll faster than the monitor interval: the job is waiting on us.
@@ -56,6 +56,34 @@ std::string key(const char* what, int attempt) {
 
 bool has_key(Store& store, const std::string& k) { return store.check({&k, 1}); }
 
+bool in_environment(const char* name) { return std::getenv(name) != nullptr; }
+
+// The variables --report points at its directory; `{rank}` becomes the rank.
+constexpr std::pair<const char*, const char*> kReportFiles[] = {
+    {"MESHRT_COMMS_SUMMARY", "comms_{rank}.json"},
+    {"MESHRT_STRAGGLER_REPORT", "stragglers.json"},
+    {"MESHRT_SCOPE_TREE", "scope_tree_{rank}.json"},
+    {"MESHRT_TRACE_CHROME", "trace_{rank}.json"},
+};
+
+// Why find_meshtrace found nothing, for the summary.
+std::string meshtrace_not_found() {
+  const char* env = std::getenv("MESHRT_MESHTRACE");
+  if (env != nullptr && *env != '\0') {
+    return fmt::format("meshtrace not found: MESHRT_MESHTRACE={} is not executable", env);
+  }
+  return fmt::format(
+      "meshtrace not found (in $MESHRT_MESHTRACE, next to meshrun in {}, or on PATH)",
+      executable_dir());
+}
+
+std::string with_rank(std::string text, int rank) {
+  if (const auto at = text.find("{rank}"); at != std::string::npos) {
+    text.replace(at, 6, std::to_string(rank));
+  }
+  return text;
+}
+
 }  // namespace
 
 Agent::Agent(LaunchOptions options) : options_(std::move(options)) {
@@ -70,6 +98,17 @@ std::string Agent::attempt_dir(int attempt) const {
 
 std::string Agent::dump_prefix(int attempt) const {
   return user_dump_prefix_.value_or(attempt_dir(attempt) + "/fr_trace_");
+}
+
+std::string Agent::error_file(int attempt, int rank) const {
+  return fmt::format("{}/error_{}.json", attempt_dir(attempt), rank);
+}
+
+bool Agent::writes_log_files() const {
+  for (int lr = 0; lr < options_.nproc_per_node; ++lr) {
+    if (route(options_, lr, kStdoutBit).file || route(options_, lr, kStderrBit).file) return true;
+  }
+  return false;
 }
 
 std::vector<std::string> Agent::child_env(int rank, int local_rank, int attempt) const {
@@ -92,9 +131,23 @@ std::vector<std::string> Agent::child_env(int rank, int local_rank, int attempt)
       {"MESHRT_RESTART_COUNT", std::to_string(attempt)},
       {"TORCHELASTIC_RESTART_COUNT", std::to_string(attempt)},
       {"TORCHELASTIC_MAX_RESTARTS", std::to_string(options_.max_restarts)},
+      {"ROLE_NAME", options_.role},
+      {"TORCHELASTIC_ERROR_FILE", error_file(attempt, rank)},
+      {"MESHRT_LAUNCHER", "meshrun"},
       {"MESHRT_LOG_DIR", run_dir_},
       {"MESHRT_DUMP_PREFIX", dump_prefix(attempt)},
   };
+  // Defaults: meshrun's own environment wins over these.
+  std::vector<std::pair<std::string, std::string>> defaults;
+  if (set_omp_threads_) defaults.emplace_back("OMP_NUM_THREADS", "1");
+  if (!options_.local_iface.empty() && !in_environment("GLOO_SOCKET_IFNAME")) {
+    defaults.emplace_back("MESHRT_GLOO_IFNAME", options_.local_iface);
+  }
+  if (!report_dir_.empty()) {
+    for (const auto& [name, file] : kReportFiles) {
+      defaults.emplace_back(name, with_rank(report_dir_ + "/" + file, rank));
+    }
+  }
   std::vector<std::string> env;
   for (const std::string& entry : current_environment()) {
     const std::string name = entry.substr(0, entry.find('='));
@@ -103,6 +156,9 @@ std::vector<std::string> Agent::child_env(int rank, int local_rank, int attempt)
     }
   }
   for (const auto& [name, value] : vars) env.push_back(name + "=" + value);
+  for (const auto& [name, value] : defaults) {
+    if (!in_environment(name.c_str())) env.push_back(name + "=" + value);
+  }
   return env;
 }
 
@@ -119,9 +175,24 @@ int Agent::run() {
       make_dirs(options_.log_dir);
       run_dir_ = std::filesystem::absolute(options_.log_dir).lexically_normal().string();
     }
+    if (!options_.report_dir.empty()) {
+      make_dirs(options_.report_dir);
+      report_dir_ = std::filesystem::absolute(options_.report_dir).lexically_normal().string();
+    }
   } catch (const std::exception& e) {
     say("{}", e.what());
     return 1;
+  }
+  // torchrun's default, and its notice: N ranks with a thread per core each would overload the
+  // node.
+  set_omp_threads_ = options_.nproc_per_node > 1 && !in_environment("OMP_NUM_THREADS");
+  if (set_omp_threads_) {
+    say("setting OMP_NUM_THREADS=1 for each rank by default, to avoid overloading the system; "
+        "set it yourself to tune your program's performance");
+  }
+  if (options_.log_dir.empty() && writes_log_files()) {
+    say("rank logs go to {}/attempt_<n>/rank_<rank>.log (--log-dir chooses the directory)",
+        run_dir_);
   }
   const int status = run_job();
   if (options_.log_dir.empty()) {
@@ -147,6 +218,7 @@ int Agent::run_job() {
     r.nproc = options_.nproc_per_node;
     r.max_restarts = options_.max_restarts;
     r.log_dir = run_dir_;
+    r.local_addr = options_.local_addr;
     r.timeout = options_.rdzv_timeout;
     r.should_stop = [] { return interrupt_count() > 0; };
     rendezvous_ = std::make_unique<Rendezvous>(std::move(r));
@@ -169,7 +241,11 @@ int Agent::run_job() {
     return 1;
   }
 
-  if (!outcome.success()) report_failure(outcome);
+  if (!outcome.success()) {
+    report_failure(outcome);
+  } else if (!report_dir_.empty() && rendezvous_->node_rank() == 0) {
+    say("{}", make_job_report(""));
+  }
   try {
     rendezvous_->leave(options_.grace_period + kLeaveMargin);
   } catch (const Error& e) {
@@ -187,14 +263,18 @@ AttemptOutcome Agent::run_attempt(int attempt) {
   rendezvous_->barrier(key("start", attempt));
   PrefixStore job(fmt::format("meshrt/{}/{}", options_.run_id, attempt), rendezvous_->client());
   const NodeInfo& me = rendezvous_->self();
-  const bool console = options_.log_dir.empty() || options_.tee;
 
   std::vector<LocalRank> ranks(me.nproc);
   std::vector<OutputStream> streams;
   for (int lr = 0; lr < me.nproc; ++lr) {
     const int rank = me.rank_offset + lr;
+    const StreamRoute out_route = route(options_, lr, kStdoutBit);
+    const StreamRoute err_route = route(options_, lr, kStderrBit);
+    // One left by an earlier run in the same --log-dir would be taken for this rank's.
+    std::error_code ignored;
+    std::filesystem::remove(error_file(attempt, rank), ignored);
     std::shared_ptr<UniqueFd> log;
-    if (!options_.log_dir.empty()) {
+    if (out_route.file || err_route.file) {
       const std::string path = fmt::format("{}/rank_{}.log", attempt_dir(attempt), rank);
       log = std::make_shared<UniqueFd>(
           ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
@@ -217,8 +297,10 @@ AttemptOutcome Agent::run_attempt(int attempt) {
     r.status.node = me.node_rank;
     r.status.pid = r.process->pid();
     const std::string prefix = fmt::format("[rank{}]: ", rank);
-    streams.push_back({std::move(out.read), prefix, console ? 1 : -1, log});
-    streams.push_back({std::move(err.read), prefix, console ? 2 : -1, log});
+    streams.push_back(
+        {std::move(out.read), prefix, out_route.console ? 1 : -1, out_route.file ? log : nullptr});
+    streams.push_back(
+        {std::move(err.read), prefix, err_route.console ? 2 : -1, err_route.file ? log : nullptr});
   }
   OutputPrefixer output(std::move(streams));
   monitor(attempt, ranks, job);
@@ -326,6 +408,10 @@ void Agent::monitor(int attempt, std::vector<LocalRank>& ranks, Store& job) {
       f.pid = failed->status.pid;
       f.exit = failed->status.exit;
       f.time = failed->status.end_time;
+      if (const auto file = read_error_file(error_file(attempt, f.rank))) {
+        f.error_file = file->path;
+        f.error_message = file->message;
+      }
       publish_failure(attempt, f);
       if (f.exit.exit_code == kWatchdogExitCode || dump_requested(job)) {
         // A watchdog fired: let every rank finish its flight-recorder dump before stopping.
@@ -429,7 +515,7 @@ void Agent::report_failure(const AttemptOutcome& outcome) {
   in.outcome = outcome;
   in.nodes = rendezvous_->nodes();
   in.this_node = rendezvous_->node_rank();
-  in.log_files = !options_.log_dir.empty();
+  in.log_files = writes_log_files();
   in.dump_dir = attempt_dir(outcome.attempt);
   in.dump_name = base_name(dump_prefix(outcome.attempt));
   if (in.this_node == 0) {
@@ -439,19 +525,23 @@ void Agent::report_failure(const AttemptOutcome& outcome) {
       }
     }
     if (!in.dumped_ranks.empty()) {
-      const std::string meshtrace = find_meshtrace();
+      const std::string meshtrace = find_meshtrace(executable_dir());
       if (meshtrace.empty()) {
-        in.analysis_note =
-            "meshtrace not found (next to meshrun, on PATH, or in $MESHRT_MESHTRACE): run "
-            "`meshtrace analyze " +
-            in.dump_dir + " --prefix " + in.dump_name + "` by hand";
+        in.analysis_note = meshtrace_not_found() + ": run `meshtrace analyze " + in.dump_dir +
+                           " --prefix " + in.dump_name + "` by hand";
       } else {
         // A rank that died without dumping is itself a finding, not a reason to analyze nothing.
         const bool incomplete =
             static_cast<int>(in.dumped_ranks.size()) < rendezvous_->world_size();
-        in.analysis = analyze(meshtrace, in.dump_dir, in.dump_name, incomplete, kAnalyzeTimeout);
+        in.analysis = analyze(meshtrace, in.dump_dir, in.dump_name, incomplete, kMeshtraceTimeout);
       }
     }
+    if (!report_dir_.empty()) {
+      in.report = make_job_report(in.dumped_ranks.empty() ? "" : in.dump_dir, in.dump_name);
+    }
+  } else if (!report_dir_.empty()) {
+    in.report =
+        fmt::format("report: made on node 0 (host {}) in {}", in.nodes[0].host, report_dir_);
   }
   const std::string text = format_summary(in);
   write_all(2, text);
@@ -459,6 +549,17 @@ void Agent::report_failure(const AttemptOutcome& outcome) {
     const std::string path = run_dir_ + "/summary.txt";
     if (write_file(path, text)) say("summary saved in {}", path);
   }
+}
+
+std::string Agent::make_job_report(const std::string& dumps_dir, const std::string& prefix) {
+  const std::string meshtrace = find_meshtrace(executable_dir());
+  if (meshtrace.empty()) {
+    return describe_report(
+        report_dir_, std::nullopt,
+        meshtrace_not_found() + ": run `meshtrace report " + report_dir_ + "` by hand");
+  }
+  return describe_report(
+      report_dir_, make_report(meshtrace, report_dir_, dumps_dir, prefix, kMeshtraceTimeout), "");
 }
 
 }  // namespace meshrt::launcher

@@ -47,13 +47,22 @@ class Agent {
   void gather_dumps(const AttemptOutcome& outcome);
   // Prints (and on node 0 saves) the failure summary.
   void report_failure(const AttemptOutcome& outcome);
+  // Node 0, with --report: runs `meshtrace report` (on the dumps too, when dumps_dir is not
+  // empty) and returns the line that says where the report is, or why there is none.
+  std::string make_job_report(const std::string& dumps_dir, const std::string& prefix = "");
   std::vector<std::string> child_env(int rank, int local_rank, int attempt) const;
   std::string attempt_dir(int attempt) const;
   std::string dump_prefix(int attempt) const;
+  // The rank's TORCHELASTIC_ERROR_FILE in `attempt`.
+  std::string error_file(int attempt, int rank) const;
+  // True when --log-dir, --redirects or --tee sends some rank's stream to its log file.
+  bool writes_log_files() const;
 
   LaunchOptions options_;
   std::string run_dir_;  // --log-dir, or a fresh directory under /tmp.
   bool temp_run_dir_ = false;
+  std::string report_dir_;        // --report, absolute; empty without it.
+  bool set_omp_threads_ = false;  // The ranks get OMP_NUM_THREADS=1 (torchrun's default).
   std::optional<std::string> user_dump_prefix_;  // MESHRT_DUMP_PREFIX from meshrun's env.
   std::vector<std::string> base_env_;            // meshrun's environment minus what each rank gets.
   std::unique_ptr<Rendezvous> rendezvous_;

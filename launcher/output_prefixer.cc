@@ -12,7 +12,26 @@ namespace {
 // grow the buffer without bound.
 constexpr size_t kMaxLineBytes = 64 << 10;
 
+constexpr std::string_view kLogTag = "[meshrt ";
+
 }  // namespace
+
+bool is_meshrt_log_line(std::string_view line) {
+  // Skip the logger's timestamp, "[<digits, '-', ' ', ':', '.'>] ".
+  if (line.substr(0, kLogTag.size()) != kLogTag && line.size() > 1 && line[0] == '[' &&
+      line[1] >= '0' && line[1] <= '9') {
+    const auto close = line.find("] ");
+    if (close == std::string_view::npos ||
+        line.substr(1, close - 1).find_first_not_of("0123456789-: .") != std::string_view::npos) {
+      return false;
+    }
+    line.remove_prefix(close + 2);
+  }
+  if (line.substr(0, kLogTag.size()) != kLogTag) return false;
+  const auto end = line.find(']');
+  return end != std::string_view::npos &&
+         line.substr(0, end).find_first_of("0123456789") != std::string_view::npos;
+}
 
 OutputPrefixer::OutputPrefixer(std::vector<OutputStream> streams)
     : streams_(std::move(streams)), wake_(make_pipe()) {
@@ -35,7 +54,8 @@ void OutputPrefixer::emit(OutputStream& s, std::string_view line) {
   std::string text;
   text.reserve(s.prefix.size() + line.size() + 1);
   if (s.console_fd >= 0) {
-    text.append(s.prefix).append(line).push_back('\n');
+    if (!is_meshrt_log_line(line)) text.append(s.prefix);
+    text.append(line).push_back('\n');
     write_all(s.console_fd, text);
   }
   if (s.log) {

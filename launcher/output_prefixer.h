@@ -1,5 +1,6 @@
 // Copies the children's output, line by line, to the console with a "[rank<r>]: " prefix and
-// to per-rank log files, on one thread for all children of an attempt.
+// to per-rank log files, on one thread for all children of an attempt. meshrt's own log lines
+// name their rank already and reach the console as they are.
 #pragma once
 
 #include <chrono>
@@ -7,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -14,11 +16,16 @@
 
 namespace meshrt::launcher {
 
+// True for a line of meshrt's logger that names its rank: "[meshrt rank 3] ..." or, with the
+// timestamp the logger puts first, "[2025-05-02 10:14:03.117] [meshrt rank 3] ..." (not
+// "[meshrt rank ?]", a line logged before init).
+bool is_meshrt_log_line(std::string_view line);
+
 // One stream to copy: the read end of a child's stdout or stderr pipe.
 struct OutputStream {
-  UniqueFd fd;                    // Read end; the prefixer owns it.
-  std::string prefix;             // Put before each line on the console, e.g. "[rank3]: ".
-  int console_fd = -1;            // 1 or 2; -1: not shown on the console.
+  UniqueFd fd;          // Read end; the prefixer owns it.
+  std::string prefix;   // Put before each console line (but meshrt's log lines), e.g. "[rank3]: ".
+  int console_fd = -1;  // 1 or 2; -1: not shown on the console.
   std::shared_ptr<UniqueFd> log;  // The rank's log file (shared by its two streams) or null.
 };
 

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "launcher/child_process.h"
@@ -63,28 +64,30 @@ std::string fetch_dump(Store& launcher, int attempt, int rank, milliseconds time
   return out;
 }
 
-std::string find_meshtrace() {
+std::string executable_dir() {
+  char self[4096] = {};
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  return n > 0 ? dir_name(std::string(self, static_cast<size_t>(n))) : std::string();
+}
+
+std::string find_meshtrace(const std::string& exe_dir) {
   if (const char* env = std::getenv("MESHRT_MESHTRACE"); env != nullptr && *env != '\0') {
     return ::access(env, X_OK) == 0 ? env : "";
   }
-  char self[4096] = {};
-  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (n > 0) {
-    const std::string dir = dir_name(std::string(self, static_cast<size_t>(n)));
-    for (const std::string& candidate : {dir + "/meshtrace", dir + "/../trace/meshtrace"}) {
-      if (::access(candidate.c_str(), X_OK) == 0) return candidate;
-    }
+  if (!exe_dir.empty()) {
+    const std::string candidate = exe_dir + "/meshtrace";
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
   }
   return find_program("meshtrace");
 }
 
-Analysis analyze(const std::string& meshtrace, const std::string& dir, const std::string& prefix,
-                 bool incomplete, milliseconds timeout) {
-  Analysis a;
+MeshtraceRun run_meshtrace(const std::string& meshtrace, const std::vector<std::string>& args,
+                           milliseconds timeout) {
+  MeshtraceRun run;
   SpawnOptions so;
-  so.argv = {meshtrace, "analyze", dir, "--prefix", prefix};
-  if (incomplete) so.argv.push_back("--allow-incomplete-ranks");
-  a.command = fmt::format("{}", fmt::join(so.argv, " "));
+  so.argv = {meshtrace};
+  so.argv.insert(so.argv.end(), args.begin(), args.end());
+  run.command = fmt::format("{}", fmt::join(so.argv, " "));
   Pipe out = make_pipe();
   so.env = current_environment();
   so.stdout_fd = out.write.get();
@@ -100,16 +103,47 @@ Analysis analyze(const std::string& meshtrace, const std::string& dir, const std
     if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
     const ssize_t n = ::read(out.read.get(), buf, sizeof(buf));
     if (n <= 0) break;
-    a.output.append(buf, static_cast<size_t>(n));
+    run.output.append(buf, static_cast<size_t>(n));
   }
   const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
   const ExitStatus status = child.wait(std::max(left, milliseconds(0)));
-  a.exit_code = status.exit_code;
+  run.exit_code = status.exit_code;
   if (status.signal != 0) {
-    a.output += fmt::format("\n(meshtrace killed by {}: limit {} ms)", signal_name(status.signal),
-                            timeout.count());
+    run.output += fmt::format("\n(meshtrace killed by {}: limit {} ms)", signal_name(status.signal),
+                              timeout.count());
   }
-  return a;
+  return run;
+}
+
+MeshtraceRun analyze(const std::string& meshtrace, const std::string& dir,
+                     const std::string& prefix, bool incomplete, milliseconds timeout) {
+  std::vector<std::string> args = {"analyze", dir, "--prefix", prefix};
+  if (incomplete) args.push_back("--allow-incomplete-ranks");
+  return run_meshtrace(meshtrace, args, timeout);
+}
+
+MeshtraceRun make_report(const std::string& meshtrace, const std::string& dir,
+                         const std::string& dumps_dir, const std::string& prefix,
+                         milliseconds timeout) {
+  std::vector<std::string> args = {"report", dir};
+  if (!dumps_dir.empty()) args.insert(args.end(), {"--dumps", dumps_dir, "--prefix", prefix});
+  return run_meshtrace(meshtrace, args, timeout);
+}
+
+std::optional<ErrorFile> read_error_file(const std::string& path) {
+  const std::optional<std::string> text = read_file(path);
+  if (!text) return std::nullopt;
+  ErrorFile file{path, "(not torchelastic's error file JSON)"};
+  const auto j = nlohmann::json::parse(*text, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("message")) return file;
+  // torchelastic's two layouts: {"message": "text"} and {"message": {"message": "text", ...}}.
+  const auto& m = j["message"];
+  if (m.is_string()) {
+    file.message = m.get<std::string>();
+  } else if (m.is_object() && m.contains("message") && m["message"].is_string()) {
+    file.message = m["message"].get<std::string>();
+  }
+  return file;
 }
 
 }  // namespace meshrt::launcher

@@ -1,11 +1,13 @@
-// The flight-recorder side of a failure (docs/flight-recorder.md): waiting until every rank has
-// written its dump, moving dumps to node 0 through the store, and running `meshtrace analyze`.
+// The post-mortem of a job (docs/flight-recorder.md): waiting until every rank has written its
+// flight-recorder dump, moving dumps to node 0 through the store, running meshtrace (`analyze`,
+// `report`), and reading the ranks' error files.
 #pragma once
 
 #include <chrono>
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "runtime/store/store.h"
 
@@ -25,20 +27,45 @@ void publish_dump(Store& launcher, int attempt, int rank, const std::string& con
 // Reads back what publish_dump stored, waiting up to `timeout` for it.
 std::string fetch_dump(Store& launcher, int attempt, int rank, std::chrono::milliseconds timeout);
 
-// The analyzer binary: $MESHRT_MESHTRACE, else meshtrace next to meshrun's executable, else
-// ../trace/meshtrace from it (the build tree), else on PATH; empty when none exists.
-std::string find_meshtrace();
+// The directory of the running executable (/proc/self/exe, symbolic links resolved); empty when
+// it cannot be read.
+std::string executable_dir();
 
-// What `meshtrace analyze` said.
-struct Analysis {
+// The meshtrace binary: $MESHRT_MESHTRACE, else `exe_dir`/meshtrace (meshrun's own directory:
+// the install tree's bin/ and the build root hold both), else on PATH; empty when none is
+// executable.
+std::string find_meshtrace(const std::string& exe_dir);
+
+// What one run of meshtrace said.
+struct MeshtraceRun {
   std::string command;  // As run, for the summary.
-  int exit_code = -1;   // 0 no problem, 1 problem found, 2 bad input; -1 when it did not exit.
+  int exit_code = -1;   // Its exit status; -1 when it did not exit (killed at its time limit).
   std::string output;   // Its stdout and stderr.
 };
 
+// Runs `<meshtrace> ARGS...` with its stdout and stderr captured, killing it after `timeout`.
+MeshtraceRun run_meshtrace(const std::string& meshtrace, const std::vector<std::string>& args,
+                           std::chrono::milliseconds timeout);
+
 // Runs `<meshtrace> analyze <dir> --prefix <prefix>` (plus --allow-incomplete-ranks when some
-// ranks left no dump), killing it after `timeout`.
-Analysis analyze(const std::string& meshtrace, const std::string& dir, const std::string& prefix,
-                 bool incomplete, std::chrono::milliseconds timeout);
+// ranks left no dump): exit status 0 no problem, 1 problem found, 2 bad input.
+MeshtraceRun analyze(const std::string& meshtrace, const std::string& dir,
+                     const std::string& prefix, bool incomplete, std::chrono::milliseconds timeout);
+
+// Runs `<meshtrace> report <dir>` (plus `--dumps <dumps_dir> --prefix <prefix>` when dumps_dir
+// is not empty), which writes <dir>/report.html.
+MeshtraceRun make_report(const std::string& meshtrace, const std::string& dir,
+                         const std::string& dumps_dir, const std::string& prefix,
+                         std::chrono::milliseconds timeout);
+
+// The error file a rank's uncaught exception is written to (TORCHELASTIC_ERROR_FILE).
+struct ErrorFile {
+  std::string path;
+  std::string message;  // "<type>: <what>", or why the file could not be read.
+};
+
+// Reads torchelastic's error file at `path` ({"message": {"message": ...}} or {"message": "..."});
+// nothing when the file does not exist.
+std::optional<ErrorFile> read_error_file(const std::string& path);
 
 }  // namespace meshrt::launcher

@@ -94,8 +94,10 @@ std::string to_json(const Failure& f) {
                         {"pid", f.pid},
                         {"exit", exit_json(f.exit)},
                         {"interrupt_signal", f.interrupt_signal},
-                        {"time", f.time}}
-      .dump();
+                        {"time", f.time},
+                        {"error_file", f.error_file},
+                        {"error_message", f.error_message}}
+      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 Failure failure_from_json(const std::string& text) {
@@ -109,6 +111,8 @@ Failure failure_from_json(const std::string& text) {
   f.exit = exit_from(j.at("exit"));
   f.interrupt_signal = j.at("interrupt_signal").get<int>();
   f.time = j.at("time").get<std::string>();
+  f.error_file = j.at("error_file").get<std::string>();
+  f.error_message = j.at("error_message").get<std::string>();
   return f;
 }
 

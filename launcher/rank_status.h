@@ -38,8 +38,10 @@ struct Failure {
   std::string host;
   int pid = 0;
   ExitStatus exit;
-  int interrupt_signal = 0;  // SIGINT or SIGTERM sent to meshrun; such a job is not restarted.
-  std::string time;          // UTC.
+  int interrupt_signal = 0;   // SIGINT or SIGTERM sent to meshrun; such a job is not restarted.
+  std::string time;           // UTC.
+  std::string error_file;     // The rank's TORCHELASTIC_ERROR_FILE, when it wrote one.
+  std::string error_message;  // What it says: "<type>: <what()>" of the uncaught exception.
 };
 
 // An attempt as every agent sees it once all nodes reported (or stopped reporting).

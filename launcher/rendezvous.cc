@@ -120,9 +120,12 @@ void Rendezvous::claim_node_rank() {
 
 void Rendezvous::exchange_node_info() {
   const nlohmann::json mine = {
-      {"nproc", options_.nproc},   {"host", host_name()},
-      {"pid", ::getpid()},         {"log_dir", options_.log_dir},
-      {"nnodes", options_.nnodes}, {"max_restarts", options_.max_restarts}};
+      {"nproc", options_.nproc},
+      {"host", options_.local_addr.empty() ? host_name() : options_.local_addr},
+      {"pid", ::getpid()},
+      {"log_dir", options_.log_dir},
+      {"nnodes", options_.nnodes},
+      {"max_restarts", options_.max_restarts}};
   store_->set(fmt::format("nodes/info/{}", node_rank_), as_bytes(mine.dump()));
   std::vector<std::string> keys;
   for (int k = 0; k < options_.nnodes; ++k) keys.push_back(fmt::format("nodes/info/{}", k));

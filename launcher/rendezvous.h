@@ -20,10 +20,11 @@ struct RendezvousOptions {
   uint16_t port = 0;   // 0 (one node only): node 0 picks a free port.
   std::string run_id;  // Store keys live under "meshrun/<run_id>/".
   int nnodes = 1;
-  int node_rank = -1;    // -1: assigned (the agent that manages to host the store is node 0).
-  int nproc = 1;         // Ranks this agent starts.
-  int max_restarts = 0;  // Must agree on every node.
-  std::string log_dir;   // Reported to the others for the summary.
+  int node_rank = -1;      // -1: assigned (the agent that manages to host the store is node 0).
+  int nproc = 1;           // Ranks this agent starts.
+  int max_restarts = 0;    // Must agree on every node.
+  std::string log_dir;     // Reported to the others for the summary.
+  std::string local_addr;  // This node's address as the others see it; empty: the host name.
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // For every wait on the others.
   std::function<bool()> should_stop;  // Polled while waiting; true aborts the wait.
 };
@@ -33,7 +34,7 @@ struct NodeInfo {
   int node_rank = -1;
   int nproc = 0;
   int rank_offset = 0;  // Global rank of its local rank 0: ranks are numbered node by node.
-  std::string host;     // Host name of its agent.
+  std::string host;     // Its --local-addr, else the host name of its agent.
   int pid = 0;          // Process id of its agent.
   std::string log_dir;
 };

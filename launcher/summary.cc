@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <sstream>
 
 namespace meshrt::launcher {
@@ -34,6 +35,13 @@ std::string format_summary(const SummaryInput& in) {
                               in.run_id, o.attempt + 1, in.max_restarts + 1);
   s += o.failure ? fmt::format("first failure: {}\n", describe(*o.failure))
                  : "first failure: none seen; some nodes did not report\n";
+  if (o.failure && !o.failure->error_file.empty()) {
+    // torchelastic's ChildFailedError shows the same two fields of the failing rank.
+    s += fmt::format("  error_file: {}\n", o.failure->error_file);
+    const std::string& message = o.failure->error_message;
+    // A what() of several lines keeps them, indented under the first.
+    s += "  message: " + (message.empty() ? "\n" : indent(message, "    ").substr(4));
+  }
   s += "ranks:\n";
   for (const auto& r : o.ranks) {
     const bool first = o.failure && o.failure->rank == r.rank;
@@ -57,23 +65,41 @@ std::string format_summary(const SummaryInput& in) {
   }
   if (in.this_node != 0) {
     s += fmt::format("flight recorder: dumps are gathered on node 0 (host {})\n", in.nodes[0].host);
-    return s;
-  }
-  if (in.dumped_ranks.empty()) {
+  } else if (in.dumped_ranks.empty()) {
     s += "flight recorder: no rank wrote a dump\n";
-    return s;
+  } else {
+    s += fmt::format("flight recorder: {} {} in {}/{}<rank>\n",
+                     in.dumped_ranks.size() == 1 ? "the dump of rank" : "dumps of ranks",
+                     rank_ranges(in.dumped_ranks), in.dump_dir, in.dump_name);
+    if (!in.analysis) {
+      s += fmt::format("analysis: {}\n", in.analysis_note);
+    } else {
+      s += fmt::format("analysis ({}, exit status {}):\n", in.analysis->command,
+                       in.analysis->exit_code);
+      s += indent(in.analysis->output, "  ");
+    }
   }
-  s += fmt::format("flight recorder: {} {} in {}/{}<rank>\n",
-                   in.dumped_ranks.size() == 1 ? "the dump of rank" : "dumps of ranks",
-                   rank_ranges(in.dumped_ranks), in.dump_dir, in.dump_name);
-  if (!in.analysis) {
-    s += fmt::format("analysis: {}\n", in.analysis_note);
-    return s;
-  }
-  s +=
-      fmt::format("analysis ({}, exit status {}):\n", in.analysis->command, in.analysis->exit_code);
-  s += indent(in.analysis->output, "  ");
+  if (!in.report.empty()) s += in.report + "\n";
   return s;
+}
+
+std::string describe_report(const std::string& dir, const std::optional<MeshtraceRun>& run,
+                            const std::string& note) {
+  const std::string page = dir + "/report.html";
+  if (!run) return "report: not made: " + note;
+  if (run->exit_code == 0 && std::filesystem::exists(page)) return "report: " + page;
+  // Its last line says why, in meshtrace's words.
+  std::string last;
+  std::istringstream lines(run->output);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find_first_not_of(" \t") != std::string::npos) last = line;
+  }
+  const std::string status =
+      run->exit_code < 0 ? "was killed" : fmt::format("exited with status {}", run->exit_code);
+  if (run->exit_code == 0)
+    return fmt::format("report: not made: `{}` wrote no {}", run->command, page);
+  return fmt::format("report: not made: `{}` {}{}{}", run->command, status,
+                     last.empty() ? "" : ": ", last);
 }
 
 }  // namespace meshrt::launcher

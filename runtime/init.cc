@@ -18,6 +18,7 @@
 #include "runtime/store/prefix_store.h"
 #include "runtime/store/tcp_store.h"
 #include "runtime/store/tcp_store_server.h"
+#include "runtime/error_file.h"
 #include "runtime/straggler_exchange.h"
 #include "runtime/watchdog.h"
 #include "trace/logging.h"
@@ -245,6 +246,8 @@ InitOptions init_options_from_env() {
 }
 
 std::shared_ptr<Communicator> init(const InitOptions& o) {
+  // Under meshrun or torchrun, an uncaught exception then reaches the launcher's summary.
+  install_error_file_handler_from_env();
   if (o.world_size < 1 || o.rank < 0 || o.rank >= o.world_size) {
     throw Error(ErrorCode::kInvalidArgument, {o.rank, "", "init", -1},
                 fmt::format("rank {} and world size {} do not fit", o.rank, o.world_size));

@@ -3,8 +3,10 @@
 //   marker=X        nothing (a mark to find the process in /proc)
 //   print=TEXT      a stdout line; eprint=TEXT: a stderr line
 //   env             a stdout line with the launcher's variables
+//   getenv=A,B      a stdout line "getenv A=<value> B=<value>" (unset: "A=<unset>")
 //   world           meshrt::init(), all_reduce of rank+1 (checked: n(n+1)/2), barrier
 //   exit=N          exit with status N; exit-below-attempt=K: exit 1 in attempts below K
+//   throw=TEXT      throw std::runtime_error(TEXT) out of main: std::terminate (no core file)
 //   signal=N        die by signal N (no core file)
 //   sleep=S         sleep S seconds; sleep-rank=S: sleep rank*S seconds
 //   ignore-term, ignore-int   ignore SIGTERM / SIGINT
@@ -26,6 +28,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -151,6 +154,17 @@ int run_step(const std::string& name, const std::string& value, int rank) {
     }
     return line(stdout, text), 0;
   }
+  if (name == "getenv") {
+    std::string text = "getenv";
+    for (size_t start = 0; start <= value.size();) {
+      const size_t comma = std::min(value.find(',', start), value.size());
+      const std::string var = value.substr(start, comma - start);
+      const char* v = std::getenv(var.c_str());
+      text += fmt::format(" {}={}", var, v != nullptr ? v : "<unset>");
+      start = comma + 1;
+    }
+    return line(stdout, text), 0;
+  }
   if (name == "world") {
     auto world = meshrt::init();
     const int64_t n = world->size();
@@ -230,6 +244,12 @@ int main(int argc, char** argv) {
     const std::string name = step.substr(0, eq);
     const std::string value = eq == std::string::npos ? "" : step.substr(eq + 1);
     if (name == "marker") marker = step;
+    if (name == "throw") {
+      // Outside the try below: nothing catches it, as in a program that forgot to.
+      const rlimit no_core{0, 0};
+      ::setrlimit(RLIMIT_CORE, &no_core);
+      throw std::runtime_error(value);
+    }
     if (name == "helper") {
       if (::fork() == 0) {
         ::execl("/proc/self/exe", argv[0], marker.c_str(), "sleep=60", nullptr);

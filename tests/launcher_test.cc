@@ -1,10 +1,12 @@
 // meshrun end to end: real meshrun processes start real ranks (launcher_child, mesh_demo) on
 // loopback; the tests check exit statuses, the ranks' output and environment, the summary, the
-// gathered dumps, and that no process is left behind.
+// gathered dumps, and that no process is left behind. Unit tests cover the command line (every
+// torchrun form), the meshtrace lookup, error files and the output prefixing rule.
 #include <dirent.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,9 +22,13 @@
 #include <thread>
 #include <vector>
 
+#include "launcher/options.h"
+#include "launcher/output_prefixer.h"
 #include "launcher/post_mortem.h"
 #include "launcher/rank_status.h"
+#include "launcher/summary.h"
 #include "runtime/error.h"
+#include "runtime/error_file.h"
 #include "runtime/store/tcp_store.h"
 #include "runtime/store/tcp_store_server.h"
 #include "runtime/watchdog.h"
@@ -207,6 +213,20 @@ std::vector<std::string> lines_of(const std::string& text) {
   return lines;
 }
 
+// Sets (or, with nullptr, unsets) an environment variable for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    value != nullptr ? ::setenv(name, value, 1) : ::unsetenv(name);
+  }
+  ~ScopedEnv() { old_ ? ::setenv(name_, old_->c_str(), 1) : ::unsetenv(name_); }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
 const std::map<std::string, std::string> kInitEnv = {{"MESHRT_INIT_TIMEOUT_MS", "30000"}};
 
 TEST(Meshrun, OneNodeFourRanksGetTheirEnvironmentAndInitTheWorld) {
@@ -236,9 +256,10 @@ TEST(Meshrun, OneNodeFourRanksGetTheirEnvironmentAndInitTheWorld) {
 
 TEST(Meshrun, LogDirWithoutTeeSendsOutputToFilesOnly) {
   TempDir logs;
+  // OMP_NUM_THREADS set: no notice that meshrun sets it.
   const auto r = run_meshrun({"--standalone", "--nproc-per-node", "2", "--log-dir", logs.path(),
                               MESHRT_LAUNCHER_CHILD, "print=to stdout", "eprint=to stderr"},
-                             30s);
+                             30s, {{"OMP_NUM_THREADS", "3"}});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "");
   EXPECT_EQ(r.err, "");
@@ -475,6 +496,9 @@ TEST(Meshrun, BadFlagsAreOneLineAndExitStatusTwo) {
       {"--standalone", "--master-port", "5", "/bin/true"},
       {"--nnodes", "2", "--node-rank", "2", "/bin/true"},
       {"--rdzv-endpoint", "h:1", "--master-addr", "h", "/bin/true"},
+      {"--nnodes", "1:2", "/bin/true"},
+      {"--tee", "3"},
+      {"--redirects", "4", "/bin/true"},
   };
   for (const auto& args : bad) {
     const auto r = run_meshrun(args, 10s);
@@ -486,9 +510,13 @@ TEST(Meshrun, BadFlagsAreOneLineAndExitStatusTwo) {
   const auto help = run_meshrun({"--help"}, 10s);
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_TRUE(contains(help.out, "Usage: meshrun [OPTIONS] PROGRAM [ARGS...]")) << help.out;
-  for (const char* flag : {"--nnodes", "--nproc-per-node", "--node-rank", "--rdzv-endpoint",
-                           "--master-addr", "--master-port", "--rdzv-id", "--max-restarts",
-                           "--monitor-interval", "--log-dir", "--tee", "--standalone"}) {
+  for (const char* flag :
+       {"--nnodes",           "--nproc-per-node", "--node-rank", "--rdzv-endpoint",
+        "--master-addr",      "--master-port",    "--rdzv-id",   "--max-restarts",
+        "--monitor-interval", "--log-dir",        "--tee",       "--redirects",
+        "--standalone",       "--local-addr",     "--role",      "--module",
+        "--no-python",        "--run-path",       "--report",    "--version",
+        "--rdzv-backend",     "underscores"}) {
     EXPECT_TRUE(contains(help.out, flag)) << flag;
   }
   // Flags after PROGRAM are the program's.
@@ -533,6 +561,461 @@ TEST(Meshrun, HangEndsInAWatchdogTimeoutWithEveryDumpAndAVerdict) {
   EXPECT_TRUE(contains(r.err, " --prefix fr_trace_, exit status 1):\n  ")) << r.err;
   EXPECT_EQ(survivors(MESHRT_HANG_EXAMPLE), std::vector<int>{});
 #endif
+}
+
+TEST(Meshrun, UncaughtExceptionReachesTheSummaryThroughTheErrorFile) {
+  const std::string marker = unique_marker();
+  TempDir logs;
+  // Rank 1 joins the world, then throws out of main; rank 0 waits to be stopped.
+  const auto before = std::chrono::system_clock::now();
+  const auto r =
+      run_meshrun({"--standalone", "--nproc-per-node", "2", "--log-dir", logs.path(),
+                   MESHRT_LAUNCHER_CHILD, marker, "world", "throw=bad step 7@1", "sleep=30"},
+                  60s, kInitEnv);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  const std::string file = logs.path() + "/attempt_0/error_1.json";
+  EXPECT_TRUE(contains(r.err, "first failure: rank 1 (")) << r.err;
+  EXPECT_TRUE(contains(r.err, "killed by SIGABRT")) << r.err;
+  EXPECT_TRUE(contains(r.err, fmt::format("\n  error_file: {}\n  message: std::runtime_error: bad "
+                                          "step 7\nranks:\n",
+                                          file)))
+      << r.err;
+  // torchelastic's layout, as its @record writes it.
+  const auto j = nlohmann::json::parse(read_all(file), nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << read_all(file);
+  EXPECT_EQ(j["message"]["message"], "std::runtime_error: bad step 7");
+  ASSERT_TRUE(j["message"]["extraInfo"]["py_callstack"].is_string());
+  EXPECT_TRUE(contains(j["message"]["extraInfo"]["py_callstack"].get<std::string>(),
+                       "C++ call stack at std::terminate"));
+  const std::string timestamp = j["message"]["extraInfo"]["timestamp"].get<std::string>();
+  const auto since_epoch = [](auto t) {
+    return std::chrono::duration_cast<std::chrono::seconds>(t.time_since_epoch()).count();
+  };
+  EXPECT_GE(std::stoll(timestamp), since_epoch(before));
+  EXPECT_LE(std::stoll(timestamp), since_epoch(std::chrono::system_clock::now()));
+  EXPECT_FALSE(fs::exists(logs.path() + "/attempt_0/error_0.json"));
+  EXPECT_EQ(survivors(marker), std::vector<int>{});
+}
+
+TEST(Meshrun, TorchrunCommandLineAndTheRanksNewVariables) {
+  TempDir logs;
+  // torchrun's spellings; --tee 0:1 sends rank 0's stdout to the console too, the rest (the
+  // default with --log-dir) to the log files only. OMP_NUM_THREADS is unset: meshrun sets it.
+  ScopedEnv omp("OMP_NUM_THREADS", nullptr);
+  const auto r = run_meshrun(
+      {"--standalone", "--nproc_per_node=2", "--log_dir", logs.path(), "--tee", "0:1", "--role",
+       "trainer", "--max_restarts=0", "--monitor_interval", "0.05", MESHRT_LAUNCHER_CHILD,
+       "getenv=ROLE_NAME,MESHRT_LAUNCHER,TORCHELASTIC_ERROR_FILE,OMP_NUM_THREADS",
+       "eprint=to stderr"},
+      30s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string env0 = fmt::format(
+      "getenv ROLE_NAME=trainer MESHRT_LAUNCHER=meshrun "
+      "TORCHELASTIC_ERROR_FILE={}/attempt_0/error_0.json OMP_NUM_THREADS=1",
+      logs.path());
+  EXPECT_EQ(r.out, "[rank0]: " + env0 + "\n");
+  EXPECT_TRUE(contains(r.err, "meshrun: setting OMP_NUM_THREADS=1 for each rank")) << r.err;
+  EXPECT_FALSE(contains(r.err, "to stderr")) << r.err;
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string log = read_all(fmt::format("{}/attempt_0/rank_{}.log", logs.path(), rank));
+    EXPECT_TRUE(contains(log, "getenv ROLE_NAME=trainer MESHRT_LAUNCHER=meshrun ")) << log;
+    EXPECT_TRUE(contains(log, "to stderr\n")) << log;
+  }
+}
+
+TEST(Meshrun, PythonProgramsRunWithTheInterpreterAndNativeOnesAsThey) {
+  // PYTHON_EXEC=/bin/echo shows the command line each rank got.
+  const std::map<std::string, std::string> env = {{"PYTHON_EXEC", "/bin/echo"}};
+  const auto module = run_meshrun({"--standalone", "-m", "pkg.train", "--lr", "1"}, 10s, env);
+  EXPECT_EQ(module.exit_code, 0) << module.err;
+  EXPECT_EQ(module.out, "[rank0]: -u -m pkg.train --lr 1\n");
+  const auto script = run_meshrun({"--standalone", "train.py", "--lr", "1"}, 10s, env);
+  EXPECT_EQ(script.out, "[rank0]: -u train.py --lr 1\n");
+  const auto native = run_meshrun({"--standalone", "--no_python", "/bin/echo", "a.py"}, 10s, env);
+  EXPECT_EQ(native.out, "[rank0]: a.py\n");
+}
+
+TEST(Meshrun, MeshrtLogLinesKeepTheirOwnRankPrefix) {
+  // At info level init() logs "joining run ..." with meshrt's prefix, which names the rank.
+  std::map<std::string, std::string> env = kInitEnv;
+  env["MESHRT_LOG_LEVEL"] = "info";
+  const auto r = run_meshrun({"--standalone", "--nproc-per-node", "2", MESHRT_LAUNCHER_CHILD,
+                              "eprint=[meshrt rank ?] not a log line with a rank", "world"},
+                             30s, env);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  size_t joins = 0;
+  for (const auto& line : lines_of(r.err)) {
+    if (contains(line, "joining run")) {
+      ++joins;
+      EXPECT_EQ(line.rfind("[rank", 0), std::string::npos) << line;
+      EXPECT_TRUE(contains(line, "] [meshrt rank ")) << line;
+    }
+  }
+  EXPECT_EQ(joins, 2u) << r.err;
+  EXPECT_TRUE(contains(r.err, "[rank0]: [meshrt rank ?] not a log line with a rank\n")) << r.err;
+  EXPECT_TRUE(contains(r.err, "[rank1]: [meshrt rank ?] not a log line with a rank\n")) << r.err;
+}
+
+// A stand-in meshtrace that appends its arguments to `calls` next to itself, writes
+// <dir>/report.html for `report <dir>`, and gives a verdict for `analyze`.
+std::string fake_meshtrace(const std::string& dir) {
+  const std::string path = dir + "/meshtrace";
+  std::ofstream(path)
+      << "#!/bin/sh\n"
+         "echo \"$*\" >> \"$(dirname \"$0\")/calls\"\n"
+         "if [ \"$1\" = report ]; then echo '<html></html>' > \"$2/report.html\"; fi\n"
+         "if [ \"$1\" = analyze ]; then echo 'fake verdict'; exit 1; fi\n";
+  ::chmod(path.c_str(), 0755);
+  return path;
+}
+
+TEST(Meshrun, ReportPointsTheRanksAtItsDirectoryAndRunsMeshtraceReport) {
+  TempDir tools, out;
+  const std::string report = out.path() + "/report";
+  const std::map<std::string, std::string> env = {
+      {"MESHRT_MESHTRACE", fake_meshtrace(tools.path())},
+      {"MESHRT_TRACE_CHROME", "/elsewhere/{rank}.json"}};  // The user's choice stays.
+  const auto r = run_meshrun(
+      {"--standalone", "--nproc-per-node", "2", "--report", report, MESHRT_LAUNCHER_CHILD,
+       "getenv=MESHRT_COMMS_SUMMARY,MESHRT_STRAGGLER_REPORT,MESHRT_SCOPE_TREE,MESHRT_TRACE_CHROME"},
+      30s, env);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_TRUE(contains(r.out, fmt::format("[rank{0}]: getenv MESHRT_COMMS_SUMMARY={1}/comms_{0}"
+                                            ".json MESHRT_STRAGGLER_REPORT={1}/stragglers.json "
+                                            "MESHRT_SCOPE_TREE={1}/scope_tree_{0}.json "
+                                            "MESHRT_TRACE_CHROME=/elsewhere/{{rank}}.json\n",
+                                            rank, report)))
+        << r.out;
+  }
+  EXPECT_EQ(read_all(tools.path() + "/calls"), "report " + report + "\n");
+  EXPECT_EQ(lines_of(r.err).back(), "meshrun: report: " + report + "/report.html") << r.err;
+}
+
+TEST(Meshrun, FailedJobsReportIncludesTheDumpsAndEndsTheSummary) {
+  const std::string marker = unique_marker();
+  TempDir tools, logs;
+  const std::string report = logs.path() + "/report";
+  const auto r = run_meshrun(
+      {"--standalone", "--nproc-per-node", "2", "--log-dir", logs.path(), "--report", report,
+       MESHRT_LAUNCHER_CHILD, marker, "dump", "sleep=0.2@1", "exit=5@1", "sleep=30"},
+      30s, {{"MESHRT_MESHTRACE", fake_meshtrace(tools.path())}});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  const std::string dumps = logs.path() + "/attempt_0";
+  EXPECT_EQ(read_all(tools.path() + "/calls"),
+            fmt::format("analyze {0} --prefix fr_trace_\nreport {1} --dumps {0} --prefix "
+                        "fr_trace_\n",
+                        dumps, report));
+  EXPECT_TRUE(contains(r.err, "\n  fake verdict\nreport: " + report + "/report.html\n")) << r.err;
+  EXPECT_TRUE(contains(read_all(logs.path() + "/summary.txt"), "report: " + report))
+      << read_all(logs.path() + "/summary.txt");
+  EXPECT_EQ(survivors(marker), std::vector<int>{});
+}
+
+launcher::ParsedCommandLine parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "meshrun");
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  return launcher::parse_options(static_cast<int>(argv.size()), argv.data());
+}
+
+// The options of a command line that must parse.
+launcher::LaunchOptions options_of(const std::vector<std::string>& args) {
+  const auto parsed = parse(args);
+  EXPECT_FALSE(parsed.exit_status.has_value()) << fmt::format("{}", fmt::join(args, " "));
+  return parsed.options;
+}
+
+// The exit status of a command line that must not run (2: usage error).
+int refused(const std::vector<std::string>& args) { return parse(args).exit_status.value_or(-1); }
+
+using Command = std::vector<std::string>;
+
+TEST(ParseOptions, EveryFlagTakesTorchrunsUnderscoreSpelling) {
+  const auto o = options_of({"--nnodes",
+                             "2",
+                             "--nproc_per_node",
+                             "3",
+                             "--node_rank",
+                             "1",
+                             "--rdzv_endpoint",
+                             "node0:1234",
+                             "--rdzv_id",
+                             "job",
+                             "--rdzv_backend",
+                             "c10d",
+                             "--max_restarts",
+                             "4",
+                             "--monitor_interval",
+                             "0.5",
+                             "--rdzv_timeout",
+                             "7",
+                             "--grace_period",
+                             "1.5",
+                             "--dump_timeout",
+                             "2",
+                             "--log_dir",
+                             "/tmp/x",
+                             "--local_addr",
+                             "127.0.0.1",
+                             "--role",
+                             "r",
+                             "--redirects",
+                             "1",
+                             "--tee",
+                             "2",
+                             "--no_python",
+                             "prog",
+                             "a"});
+  EXPECT_EQ(o.nnodes, 2);
+  EXPECT_EQ(o.nproc_per_node, 3);
+  EXPECT_EQ(o.node_rank, 1);
+  EXPECT_EQ(o.rdzv_host, "node0");
+  EXPECT_EQ(o.rdzv_port, 1234);
+  EXPECT_EQ(o.run_id, "job");
+  EXPECT_EQ(o.max_restarts, 4);
+  EXPECT_EQ(o.monitor_interval, 500ms);
+  EXPECT_EQ(o.rdzv_timeout, 7s);
+  EXPECT_EQ(o.grace_period, 1500ms);
+  EXPECT_EQ(o.dump_timeout, 2s);
+  EXPECT_EQ(o.log_dir, "/tmp/x");
+  EXPECT_EQ(o.local_addr, "127.0.0.1");
+  EXPECT_FALSE(o.local_iface.empty());  // "lo", usually.
+  EXPECT_EQ(o.role, "r");
+  EXPECT_EQ(o.redirects, (launcher::StreamSelection{1, {}}));
+  EXPECT_EQ(o.tee, (launcher::StreamSelection{2, {}}));
+  EXPECT_EQ(o.command, (Command{"prog", "a"}));
+
+  const auto m = options_of({"--master_addr", "h", "--master_port", "99", "--run_path", "script"});
+  EXPECT_EQ(m.rdzv_host, "h");
+  EXPECT_EQ(m.rdzv_port, 99);
+  EXPECT_EQ(m.command.at(2), "script");
+  // The --opt=value form, dashes or underscores.
+  EXPECT_EQ(options_of({"--nproc-per-node=5", "p"}).nproc_per_node, 5);
+  EXPECT_EQ(options_of({"--nproc_per_node=5", "p"}).nproc_per_node, 5);
+  EXPECT_EQ(options_of({"--report=/r", "p"}).report_dir, "/r");
+  EXPECT_EQ(refused({"--rdzv_backend", "etcd", "p"}), 2);
+  EXPECT_EQ(refused({"--no_such_flag", "p"}), 2);
+}
+
+TEST(ParseOptions, ProgramAndItsArgumentsAreLeftAlone) {
+  EXPECT_EQ(options_of({"prog", "--nnodes", "x", "--tee"}).command,
+            (Command{"prog", "--nnodes", "x", "--tee"}));
+  EXPECT_EQ(options_of({"--", "--odd-name", "a_b"}).command, (Command{"--odd-name", "a_b"}));
+  // Defaults, torchrun's where it has one.
+  const auto o = options_of({"prog"});
+  EXPECT_EQ(o.role, "default");
+  EXPECT_EQ(o.nnodes, 1);
+  EXPECT_EQ(o.nproc_per_node, 1);
+  EXPECT_FALSE(o.tee.has_value());
+  EXPECT_FALSE(o.redirects.has_value());
+  EXPECT_EQ(o.report_dir, "");
+  EXPECT_EQ(refused({"--role", "", "p"}), 2);
+  EXPECT_EQ(parse({"--version"}).exit_status, 0);
+}
+
+TEST(ParseOptions, TeeAndRedirectsTakeTorchrunsValuesAndABareTeeIsBoth) {
+  using launcher::StreamSelection;
+  // --tee 3 is the value 3, not a program named 3.
+  auto o = options_of({"--tee", "3", "prog"});
+  EXPECT_EQ(o.tee, (StreamSelection{3, {}}));
+  EXPECT_EQ(o.command, Command{"prog"});
+  o = options_of({"--tee", "prog", "3"});
+  EXPECT_EQ(o.tee, (StreamSelection{3, {}}));
+  EXPECT_EQ(o.command, (Command{"prog", "3"}));
+  o = options_of({"--tee=1", "--redirects", "0:3,1:2", "prog"});
+  EXPECT_EQ(o.tee, (StreamSelection{1, {}}));
+  EXPECT_EQ(o.redirects, (StreamSelection{std::nullopt, {{0, 3}, {1, 2}}}));
+  EXPECT_EQ(o.command, Command{"prog"});
+  EXPECT_EQ(options_of({"--tee", "0:1,2:3", "prog"}).tee,
+            (StreamSelection{std::nullopt, {{0, 1}, {2, 3}}}));
+  EXPECT_EQ(refused({"--tee", "3"}), 2);  // No PROGRAM.
+  EXPECT_EQ(refused({"--redirects", "prog"}), 2);
+  EXPECT_EQ(refused({"--redirects", "0:4", "prog"}), 2);
+
+  for (const char* bad : {"", "4", "-1", "a", "0:", ":1", "0:1,", "0:1;1:2", "1,2"}) {
+    EXPECT_FALSE(launcher::parse_streams(bad).has_value()) << bad;
+  }
+  const auto per_rank = launcher::parse_streams("0:3,2:1");
+  ASSERT_TRUE(per_rank.has_value());
+  EXPECT_EQ(per_rank->of(0), 3);
+  EXPECT_EQ(per_rank->of(1), 0);  // Not listed: none, as torchrun's to_map.
+  EXPECT_EQ(per_rank->of(2), 1);
+}
+
+TEST(ParseOptions, StreamRoutes) {
+  using launcher::kStderrBit;
+  using launcher::kStdoutBit;
+  auto routes = [](const std::vector<std::string>& args, int local_rank) {
+    std::vector<std::string> full = args;
+    full.push_back("prog");
+    const auto o = options_of(full);
+    const auto out = launcher::route(o, local_rank, kStdoutBit);
+    const auto err = launcher::route(o, local_rank, kStderrBit);
+    return fmt::format("out:{}{} err:{}{}", out.console ? "c" : "", out.file ? "f" : "",
+                       err.console ? "c" : "", err.file ? "f" : "");
+  };
+  EXPECT_EQ(routes({}, 0), "out:c err:c");
+  EXPECT_EQ(routes({"--log-dir", "d"}, 0), "out:f err:f");
+  EXPECT_EQ(routes({"--log-dir", "d", "--tee"}, 0), "out:cf err:cf");
+  EXPECT_EQ(routes({"--log-dir", "d", "--tee", "2"}, 0), "out:f err:cf");
+  EXPECT_EQ(routes({"--log-dir", "d", "--redirects", "1"}, 0), "out:f err:c");
+  EXPECT_EQ(routes({"--log-dir", "d", "--redirects", "0"}, 0), "out:c err:c");
+  EXPECT_EQ(routes({"--redirects", "3"}, 0), "out:f err:f");  // Files in the run directory.
+  EXPECT_EQ(routes({"--tee", "1"}, 0), "out:cf err:c");
+  EXPECT_EQ(routes({"--redirects", "0:3", "--tee", "1:1"}, 0), "out:f err:f");
+  EXPECT_EQ(routes({"--redirects", "0:3", "--tee", "1:1"}, 1), "out:cf err:c");
+}
+
+TEST(ParseOptions, NnodesTakesTorchrunsMinMaxOnlyWhenFixed) {
+  EXPECT_EQ(options_of({"--nnodes", "2:2", "--rdzv-endpoint", "h:1", "p"}).nnodes, 2);
+  EXPECT_EQ(options_of({"--nnodes=1:1", "p"}).nnodes, 1);
+  for (const char* bad : {"1:2", "2:1", "0", "0:0", "a", "1:", ":1", "-1"}) {
+    EXPECT_EQ(refused({"--nnodes", bad, "p"}), 2) << bad;
+  }
+}
+
+TEST(ParseOptions, NprocPerNodeAutoGpuCpu) {
+  EXPECT_EQ(launcher::resolve_nproc_per_node("3", 8, 16), 3);
+  EXPECT_EQ(launcher::resolve_nproc_per_node("cpu", 8, 16), 16);
+  EXPECT_EQ(launcher::resolve_nproc_per_node("gpu", 8, 16), 8);
+  EXPECT_EQ(launcher::resolve_nproc_per_node("auto", 8, 16), 8);
+  EXPECT_EQ(launcher::resolve_nproc_per_node("auto", 0, 16), 16);
+  EXPECT_THROW(launcher::resolve_nproc_per_node("gpu", 0, 16), std::invalid_argument);
+  for (const char* bad : {"0", "-2", "two", "", "xpu"}) {
+    EXPECT_THROW(launcher::resolve_nproc_per_node(bad, 1, 1), std::invalid_argument) << bad;
+  }
+  EXPECT_EQ(options_of({"--nproc-per-node", "cpu", "p"}).nproc_per_node, launcher::count_cpus());
+  EXPECT_GE(launcher::count_cpus(), 1);
+  {
+    // This process sees no GPU: auto is the CPU count, gpu is refused.
+    ScopedEnv hide("CUDA_VISIBLE_DEVICES", "");
+    EXPECT_EQ(options_of({"--nproc_per_node", "auto", "p"}).nproc_per_node, launcher::count_cpus());
+    EXPECT_EQ(refused({"--nproc-per-node", "gpu", "p"}), 2);
+  }
+
+  TempDir dev;
+  for (const char* node : {"nvidia0", "nvidia1", "nvidia2", "nvidiactl", "nvidia-uvm", "null"}) {
+    std::ofstream(dev.path() + "/" + node);
+  }
+  EXPECT_EQ(launcher::count_cuda_devices(dev.path(), nullptr), 3);
+  const std::map<std::string, int> visible = {
+      {"", 0},    {"-1", 0},  {"1", 1},    {"0,2", 2},        {"2,1,0", 3}, {"0,7,1", 1},
+      {"1,1", 1}, {"x,0", 0}, {"0, 1", 2}, {"GPU-1a2b,0", 2}, {"MIG-x", 1},
+  };
+  for (const auto& [list, n] : visible) {
+    EXPECT_EQ(launcher::count_cuda_devices(dev.path(), list.c_str()), n) << list;
+  }
+  EXPECT_EQ(launcher::count_cuda_devices(dev.path() + "/none", "0,1"), 0);
+}
+
+TEST(ParseOptions, PythonModulesAndScripts) {
+  ScopedEnv python("PYTHON_EXEC", nullptr);
+  EXPECT_EQ(options_of({"-m", "pkg.train", "--lr", "1"}).command,
+            (Command{"python3", "-u", "-m", "pkg.train", "--lr", "1"}));
+  EXPECT_EQ(options_of({"--module", "pkg"}).command, (Command{"python3", "-u", "-m", "pkg"}));
+  EXPECT_EQ(options_of({"train.py", "x"}).command, (Command{"python3", "-u", "train.py", "x"}));
+  EXPECT_EQ(options_of({"--run-path", "/abs/train", "x"}).command,
+            (Command{"python3", "-u", "/abs/train", "x"}));
+  EXPECT_EQ(options_of({"--no-python", "train.py"}).command, Command{"train.py"});
+  EXPECT_EQ(options_of({"./train", "x.py"}).command, (Command{"./train", "x.py"}));
+  EXPECT_EQ(refused({"--no-python", "-m", "pkg"}), 2);
+  EXPECT_EQ(refused({"--no_python", "--run_path", "s"}), 2);
+  EXPECT_EQ(refused({"-m", "--run-path", "s"}), 2);
+  ScopedEnv custom("PYTHON_EXEC", "/opt/py/bin/python");
+  EXPECT_EQ(options_of({"t.py"}).command, (Command{"/opt/py/bin/python", "-u", "t.py"}));
+}
+
+TEST(ParseOptions, LocalAddrMustBeThisHosts) {
+  EXPECT_FALSE(options_of({"--local-addr", "127.0.0.1", "p"}).local_iface.empty());
+  EXPECT_EQ(launcher::interface_with_address("192.0.2.77"), "");  // TEST-NET-1: nobody's.
+  EXPECT_EQ(refused({"--local-addr", "192.0.2.77", "p"}), 2);
+}
+
+TEST(FindMeshtrace, EnvironmentThenMeshrunsDirectoryThenPath) {
+  TempDir exe_dir, path_dir, other;
+  auto make_executable = [](const std::string& path, mode_t mode) {
+    std::ofstream(path) << "#!/bin/sh\n";
+    ::chmod(path.c_str(), mode);
+  };
+  ScopedEnv path("PATH", path_dir.path().c_str());
+  ScopedEnv no_env("MESHRT_MESHTRACE", nullptr);
+  EXPECT_EQ(launcher::find_meshtrace(exe_dir.path()), "");
+  make_executable(path_dir.path() + "/meshtrace", 0755);
+  EXPECT_EQ(launcher::find_meshtrace(exe_dir.path()), path_dir.path() + "/meshtrace");
+  make_executable(exe_dir.path() + "/meshtrace", 0644);  // Not executable: skipped.
+  EXPECT_EQ(launcher::find_meshtrace(exe_dir.path()), path_dir.path() + "/meshtrace");
+  ::chmod((exe_dir.path() + "/meshtrace").c_str(), 0755);
+  EXPECT_EQ(launcher::find_meshtrace(exe_dir.path()), exe_dir.path() + "/meshtrace");
+  // No more guessing at ../trace/meshtrace from meshrun's directory.
+  fs::create_directories(other.path() + "/bin");
+  fs::create_directories(other.path() + "/trace");
+  make_executable(other.path() + "/trace/meshtrace", 0755);
+  EXPECT_EQ(launcher::find_meshtrace(other.path() + "/bin"), path_dir.path() + "/meshtrace");
+  {
+    ScopedEnv env("MESHRT_MESHTRACE", (other.path() + "/trace/meshtrace").c_str());
+    EXPECT_EQ(launcher::find_meshtrace(exe_dir.path()), other.path() + "/trace/meshtrace");
+  }
+  {
+    ScopedEnv env("MESHRT_MESHTRACE", (other.path() + "/missing").c_str());
+    EXPECT_EQ(launcher::find_meshtrace(exe_dir.path()), "");  // Asked for: no fallback.
+  }
+  // meshrun's own directory, as the launcher itself finds it.
+  EXPECT_EQ(launcher::executable_dir(), fs::canonical("/proc/self/exe").parent_path().string());
+}
+
+TEST(ErrorFile, TorchelasticsLayoutBothWays) {
+  const std::string text = error_file_json("std::runtime_error: boom \"quoted\"\n2nd line",
+                                           "C++ call stack\n  #0 f()\n", 1700000000);
+  const auto j = nlohmann::json::parse(text);
+  EXPECT_EQ(j, nlohmann::json::parse(R"({"message": {"message":
+      "std::runtime_error: boom \"quoted\"\n2nd line", "extraInfo": {"py_callstack":
+      "C++ call stack\n  #0 f()\n", "timestamp": "1700000000"}}})"));
+  EXPECT_EQ(describe_exception(std::make_exception_ptr(std::out_of_range("x"))),
+            "std::out_of_range: x");
+  EXPECT_EQ(describe_exception(std::make_exception_ptr(42)),
+            "int: (not derived from std::exception)");
+  EXPECT_EQ(describe_exception(nullptr), "terminate called without an active exception");
+
+  TempDir dir;
+  const std::string path = dir.path() + "/error_0.json";
+  EXPECT_FALSE(launcher::read_error_file(path).has_value());
+  ASSERT_TRUE(write_error_file(path, std::make_exception_ptr(std::logic_error("bad")), "stack"));
+  EXPECT_EQ(launcher::read_error_file(path)->message, "std::logic_error: bad");
+  EXPECT_EQ(launcher::read_error_file(path)->path, path);
+  std::ofstream(path) << R"({"message": "torchelastic's newer plain form"})";
+  EXPECT_EQ(launcher::read_error_file(path)->message, "torchelastic's newer plain form");
+  std::ofstream(path) << "{not json";
+  EXPECT_EQ(launcher::read_error_file(path)->message, "(not torchelastic's error file JSON)");
+}
+
+TEST(OutputPrefixer, MeshrtLogLinesNameTheirRankAlready) {
+  for (const char* line :
+       {"[meshrt rank 3] [warn] x", "[2025-05-02 10:14:03.117] [meshrt rank 12] [error] y",
+        "[meshrt rank 0]"}) {
+    EXPECT_TRUE(launcher::is_meshrt_log_line(line)) << line;
+  }
+  for (const char* line :
+       {"", "meshrt rank 3", "[meshrt rank ?] [warn] before init", "[meshrt rank 3",
+        "[2025-05-02 10:14:03.117] plain", "[rank3]: [meshrt rank 3]", "[x] [meshrt rank 3]",
+        " [meshrt rank 3]", "[meshrtx rank 3]"}) {
+    EXPECT_FALSE(launcher::is_meshrt_log_line(line)) << line;
+  }
+}
+
+TEST(Summary, ReportLine) {
+  TempDir dir;
+  using launcher::MeshtraceRun;
+  EXPECT_EQ(launcher::describe_report(dir.path(), std::nullopt, "meshtrace not found"),
+            "report: not made: meshtrace not found");
+  EXPECT_EQ(launcher::describe_report(dir.path(), MeshtraceRun{"mt report d", 0, ""}, ""),
+            fmt::format("report: not made: `mt report d` wrote no {}/report.html", dir.path()));
+  EXPECT_EQ(
+      launcher::describe_report(dir.path(), MeshtraceRun{"mt report d", 2, "a\nno data\n\n"}, ""),
+      "report: not made: `mt report d` exited with status 2: no data");
+  std::ofstream(dir.path() + "/report.html") << "<html>";
+  EXPECT_EQ(launcher::describe_report(dir.path(), MeshtraceRun{"mt report d", 0, ""}, ""),
+            "report: " + dir.path() + "/report.html");
 }
 
 TEST(DumpTransfer, DumpsLargerThanOneStoreValueArriveWhole) {
