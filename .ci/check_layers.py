@@ -18,7 +18,7 @@ import re
 import sys
 
 TRACE = ("trace/", "meshrt_config.h")
-STORE = ("runtime/store/", "runtime/error.h")
+STORE = ("runtime/store/", "runtime/error.h", "runtime/timeout.h")
 RUNTIME = ("runtime/",)
 MESH = ("mesh/",)
 

@@ -7,6 +7,8 @@
 #include <sstream>
 #include <system_error>
 
+#include "trace/atomic_file.h"
+
 namespace meshrt::launcher {
 
 void make_dirs(const std::string& path) {
@@ -25,21 +27,7 @@ std::optional<std::string> read_file(const std::string& path) {
 }
 
 bool write_file(const std::string& path, const std::string& contents) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
-    out.close();
-    if (!out) {
-      std::remove(tmp.c_str());
-      return false;
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return false;
-  }
-  return true;
+  return trace::write_file_atomically(path, contents);
 }
 
 std::string base_name(const std::string& path) {

@@ -10,7 +10,7 @@ namespace meshrt::launcher {
 void make_dirs(const std::string& path);
 // The whole file, or nothing when it cannot be read.
 std::optional<std::string> read_file(const std::string& path);
-// Writes `contents` to a temp file next to `path` and renames it into place, so readers never
+// Writes `contents` atomically (trace/atomic_file.h: temp file, fsync, rename), so readers never
 // see a partial file; returns false on failure (no temp file is left).
 bool write_file(const std::string& path, const std::string& contents);
 // The part after the last '/'.

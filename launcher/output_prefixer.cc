@@ -17,20 +17,15 @@ constexpr std::string_view kLogTag = "[meshrt ";
 }  // namespace
 
 bool is_meshrt_log_line(std::string_view line) {
-  // Skip the logger's timestamp, "[<digits, '-', ' ', ':', '.'>] ".
-  if (line.substr(0, kLogTag.size()) != kLogTag && line.size() > 1 && line[0] == '[' &&
-      line[1] >= '0' && line[1] <= '9') {
-    const auto close = line.find("] ");
-    if (close == std::string_view::npos ||
-        line.substr(1, close - 1).find_first_not_of("0123456789-: .") != std::string_view::npos) {
-      return false;
-    }
-    line.remove_prefix(close + 2);
-  }
+  // "[meshrt <level> rank <N> <host>:<pid>] ...": a line before init() says "rank ?" and keeps
+  // the launcher's prefix.
   if (line.substr(0, kLogTag.size()) != kLogTag) return false;
-  const auto end = line.find(']');
-  return end != std::string_view::npos &&
-         line.substr(0, end).find_first_of("0123456789") != std::string_view::npos;
+  const auto close = line.find(']');
+  if (close == std::string_view::npos) return false;
+  const std::string_view tag = line.substr(0, close);
+  const auto at = tag.find(" rank ");
+  return at != std::string_view::npos && at + 6 < tag.size() && tag[at + 6] >= '0' &&
+         tag[at + 6] <= '9';
 }
 
 OutputPrefixer::OutputPrefixer(std::vector<OutputStream> streams)

@@ -16,9 +16,8 @@
 
 namespace meshrt::launcher {
 
-// True for a line of meshrt's logger that names its rank: "[meshrt rank 3] ..." or, with the
-// timestamp the logger puts first, "[2025-05-02 10:14:03.117] [meshrt rank 3] ..." (not
-// "[meshrt rank ?]", a line logged before init).
+// True for a line of meshrt's logger that names its rank: "[meshrt warning rank 3 node7:4242] ..."
+// (not "... rank ? ...", a line logged before init).
 bool is_meshrt_log_line(std::string_view line);
 
 // One stream to copy: the read end of a child's stdout or stderr pipe.

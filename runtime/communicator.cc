@@ -11,17 +11,29 @@
 #include "runtime/error.h"
 #include "runtime/validation.h"
 #include "runtime/watchdog.h"
-#include "trace/comm_logger.h"
-#include "trace/exports.h"
+#include "trace/env.h"
 #include "trace/flight_recorder.h"
 #include "trace/logging.h"
-#include "trace/straggler.h"
+#include "trace/sinks_from_env.h"
 #include "trace/tracer.h"
 
 namespace meshrt {
 namespace {
 
 std::atomic<uint64_t> next_comm_uid{0};
+
+// Reads meshrt's variables (sinks, watchdog, debug statistics) before the first communicator
+// exists, so a malformed one fails its creation naming the variable instead of being ignored.
+void apply_environment(const trace::CommInfo& info) {
+  try {
+    trace::FlightRecorder::instance();
+    trace::install_sinks_from_env();
+    Watchdog::instance();
+    debug_tensor_stats_enabled();
+  } catch (const trace::env::EnvError& e) {
+    throw Error(ErrorCode::kInvalidArgument, {info.global_rank, info.name, "init", -1}, e.what());
+  }
+}
 
 }  // namespace
 
@@ -44,14 +56,23 @@ class Communicator::Runner : public InlineRunner {
   Communicator* owner_;
 };
 
+// The watchdog's view: it scans the running op and aborts, and knows nothing else of us.
+class Communicator::WatchdogView final : public Watched {
+ public:
+  explicit WatchdogView(Communicator& comm) : comm_(comm) {}
+  std::optional<trace::OpRecord> running_record() const override { return comm_.running_record(); }
+  void abort() noexcept override { comm_.abort(); }
+
+ private:
+  Communicator& comm_;
+};
+
 Communicator::Communicator(trace::CommInfo info, std::unique_ptr<Backend> backend,
                            std::shared_ptr<void> resources)
     : backend_(std::move(backend)),
       resources_(std::move(resources)),
       runner_(std::make_shared<Runner>(this)) {
-  trace::CommLogger::install_from_env();
-  trace::Exports::install_from_env();
-  trace::StragglerSink::install_from_env();
+  apply_environment(info);
   info.uid = next_comm_uid.fetch_add(1);
   info.backend = std::string(backend_->name());
   if (info.description.empty()) info.description = info.name;
@@ -61,14 +82,15 @@ Communicator::Communicator(trace::CommInfo info, std::unique_ptr<Backend> backen
   sent_.assign(info_->global_ranks.size(), 0);
   received_.assign(info_->global_ranks.size(), 0);
   trace::FlightRecorder::instance().register_comm(info_);
-  Watchdog::instance().add(this);
+  watchdog_view_ = std::make_unique<WatchdogView>(*this);
+  Watchdog::instance().add(watchdog_view_.get());
   log().debug("communicator '{}' ({}): rank {} of {}, global ranks [{}]", info_->name,
               info_->backend, info_->rank, info_->global_ranks.size(),
               fmt::join(info_->global_ranks, ","));
 }
 
 Communicator::~Communicator() {
-  Watchdog::instance().remove(this);
+  Watchdog::instance().remove(watchdog_view_.get());
   trace::FlightRecorder::instance().unregister_comm(info_.get());
   {
     std::lock_guard lock(mu_);
@@ -94,35 +116,10 @@ uint64_t Communicator::op_seq() const {
 
 WorkHandle Communicator::enqueue(Op op, OpOptions options, const std::source_location& caller) {
   op.timeout = options.timeout.count() != 0 ? options.timeout : timeout();
-  // "Forever" (milliseconds::max()) would overflow every deadline computed from it.
-  op.timeout = std::min(op.timeout, kMaxTimeout);
+  op.timeout = capped_timeout(op.timeout);
   validate_op(op, *info_, /*accepts_cuda=*/false);
 
-  trace::OpRecord rec;
-  rec.comm = info_;
-  rec.kind = op.kind;
-  rec.op = op_kind_name(op.kind);
-  rec.is_p2p = is_p2p(op.kind);
-  if (op.kind != OpKind::kBarrier) {
-    const BufferView& b = op.kind == OpKind::kBatchP2P ? op.p2p.front().buffer : op.input;
-    rec.dtype =
-        dtype_name(op.kind == OpKind::kScatter && op.root != rank() ? op.output.dtype : b.dtype);
-  }
-  if (op.kind == OpKind::kAllReduce || op.kind == OpKind::kReduce ||
-      op.kind == OpKind::kReduceScatter) {
-    rec.reduce_op = reduce_op_name(op.reduce_op);
-  }
-  rec.input_count = op.input.count;
-  rec.output_count = op.output.count;
-  rec.input_shape = dims_of(op.input);
-  rec.output_shape = dims_of(op.output);
-  rec.bytes = message_bytes(op, size(), rank());
-  rec.root_or_peer = op.root;
-  rec.timeout_ms = op.timeout.count();
-  rec.scope = trace::current_scope();
-  rec.thread_id = std::hash<std::thread::id>{}(std::this_thread::get_id());
-  rec.caller_file = caller.file_name();
-  rec.caller_line = caller.line();
+  trace::OpRecord rec = make_record(op, info_, caller);
   if (debug_tensor_stats_enabled()) {
     rec.debug = std::make_shared<trace::DebugStats>();
     rec.debug->input = tensor_stats(op.input);
@@ -164,18 +161,6 @@ WorkHandle Communicator::enqueue(Op op, OpOptions options, const std::source_loc
   }
   cv_.notify_one();
   return work;
-}
-
-trace::Dims Communicator::dims_of(const BufferView& b) {
-  trace::Dims d;
-  if (b.shape.ndim() == 0) {
-    d.ndim = b.count > 0 ? 1 : 0;
-    d.size[0] = static_cast<int64_t>(b.count);
-    return d;
-  }
-  d.ndim = static_cast<uint8_t>(std::min(b.shape.ndim(), trace::Dims::kMax));
-  for (size_t i = 0; i < d.ndim; ++i) d.size[i] = b.shape[i];
-  return d;
 }
 
 void Communicator::number_channels(const Op& op, trace::OpRecord& rec) {
@@ -299,7 +284,7 @@ void Communicator::fail(Work& work, Error error) {
   const bool timed_out = error.code() == ErrorCode::kTimeout;
   const std::string message = error.what();
   work.record_failure(std::move(error));
-  if (report) Watchdog::instance().on_op_failed(*this, work, message, timed_out);
+  if (report) Watchdog::instance().on_op_failed(work.record(), message, timed_out);
   work.release();
 }
 
@@ -439,8 +424,7 @@ std::shared_ptr<Communicator> Communicator::split(int color, int key, CommOption
     std::lock_guard lock(mu_);
     index = ++splits_;
   }
-  const auto timeout_ms =
-      std::min(options.timeout.count() > 0 ? options.timeout : timeout(), kMaxTimeout);
+  const auto timeout_ms = capped_timeout(options.timeout.count() > 0 ? options.timeout : timeout());
   // The (color, key) exchange is an ordinary all_gather: numbered, traced, failed by abort. The
   // child's creation then runs on the worker right behind it, so split is ordered like any
   // collective on this communicator.

@@ -17,15 +17,13 @@
 
 #include "../trace/op_record.h"
 #include "backend.h"
+#include "timeout.h"
 #include "work.h"
 
 namespace meshrt {
 
 // The default op timeout of a communicator, as in PyTorch's Gloo and NCCL groups.
 inline constexpr std::chrono::milliseconds kDefaultOpTimeout{std::chrono::minutes(10)};
-
-// The longest timeout taken; longer ones (e.g. milliseconds::max() for "forever") are cut to it.
-inline constexpr std::chrono::milliseconds kMaxTimeout{std::chrono::hours(24 * 365)};
 
 // Options of a communicator created by split().
 struct CommOptions {
@@ -136,6 +134,7 @@ class Communicator {
   };
 
   class Runner;
+  class WatchdogView;
 
   WorkHandle enqueue(Op op, OpOptions options, const std::source_location& caller);
   void post_job(std::function<void()> job);
@@ -148,7 +147,6 @@ class Communicator {
   void fail(Work& work, Error error);
   // Numbers the op's p2p channels (peer, direction) in `rec`. Call under mu_.
   void number_channels(const Op& op, trace::OpRecord& rec);
-  static trace::Dims dims_of(const BufferView& b);
 
   std::shared_ptr<const trace::CommInfo> info_;
   std::unique_ptr<Backend> backend_;
@@ -169,6 +167,7 @@ class Communicator {
   std::vector<uint64_t> received_;  // Receives so far from each group rank.
   std::thread worker_;              // Started by the first op: idle communicators cost no thread.
   std::shared_ptr<Runner> runner_;  // Shared with this communicator's works.
+  std::unique_ptr<WatchdogView> watchdog_view_;  // What the watchdog sees of this communicator.
 };
 
 }  // namespace meshrt

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <limits>
 
+#include "trace/env.h"
+
 namespace meshrt {
 namespace {
 
@@ -56,8 +58,7 @@ void set_debug_tensor_stats(bool enabled) { enabled_state.store(enabled ? 1 : 0)
 bool debug_tensor_stats_enabled() {
   int state = enabled_state.load(std::memory_order_relaxed);
   if (state < 0) {
-    const char* v = std::getenv("MESHRT_DEBUG_TENSOR_STATS");
-    state = v != nullptr && (std::string_view(v) == "1" || std::string_view(v) == "true");
+    state = trace::env::get_flag({"MESHRT_DEBUG_TENSOR_STATS"}) ? 1 : 0;
     int expected = -1;
     enabled_state.compare_exchange_strong(expected, state);
     state = enabled_state.load();

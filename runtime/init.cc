@@ -15,22 +15,19 @@
 
 #include "runtime/backends/gloo/gloo_backend.h"
 #include "runtime/error.h"
+#include "runtime/error_file.h"
 #include "runtime/store/prefix_store.h"
 #include "runtime/store/tcp_store.h"
 #include "runtime/store/tcp_store_server.h"
-#include "runtime/error_file.h"
 #include "runtime/straggler_exchange.h"
 #include "runtime/watchdog.h"
+#include "trace/env.h"
 #include "trace/logging.h"
 
 namespace meshrt {
 namespace {
 
-std::optional<std::string> env(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr) return std::nullopt;
-  return std::string(v);
-}
+std::optional<std::string> env(const char* name) { return trace::env::get({name}); }
 
 // One launcher's variables: names in the order rank, size, local rank, local size.
 struct EnvSource {
@@ -40,11 +37,19 @@ struct EnvSource {
 
 constexpr EnvSource kSources[] = {
     {"torchrun", {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}},
-    {"openmpi",
+    {"mpirun",
      {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
       "OMPI_COMM_WORLD_LOCAL_SIZE"}},
-    {"slurm", {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"}},
+    {"srun", {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"}},
 };
+
+// Who set torchrun-style variables: meshrun says so, torchrun leaves its run id, else a person
+// or a script did.
+const char* torchrun_style_source() {
+  if (env("MESHRT_LAUNCHER") == "meshrun") return "meshrun";
+  if (env("TORCHELASTIC_RUN_ID")) return "torchrun";
+  return "RANK/WORLD_SIZE set by hand";
+}
 
 std::string found_summary() {
   std::vector<std::string> found;
@@ -68,19 +73,64 @@ std::string found_summary() {
                           problem, found_summary()));
 }
 
-int64_t parse_int(const char* name, const std::string& value) {
-  int64_t out = 0;
-  const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), out);
-  if (ec != std::errc() || ptr != value.data() + value.size()) {
-    fail_env(fmt::format("{}='{}' is not an integer", name, value));
+// The launcher's layout and meshrt's own settings; throws EnvError for a malformed value.
+InitOptions read_init_options() {
+  InitOptions o;
+  const EnvSource* chosen = nullptr;
+  for (const EnvSource& s : kSources) {
+    if (trace::env::lookup({s.names[0], s.names[1]})) {
+      chosen = &s;
+      break;
+    }
   }
-  return out;
-}
+  if (chosen == nullptr) fail_env("no launcher environment found");
+  const auto rank = trace::env::get_int({chosen->names[0]}, 0);
+  const auto size = trace::env::get_int({chosen->names[1]}, 1, std::numeric_limits<int>::max());
+  if (!rank || !size) {
+    fail_env(fmt::format("{} is set but not {}", rank ? chosen->names[0] : chosen->names[1],
+                         rank ? chosen->names[1] : chosen->names[0]));
+  }
+  const bool torchrun_style = chosen == &kSources[0];
+  o.source = torchrun_style ? torchrun_style_source() : chosen->source;
+  o.rank = static_cast<int>(*rank);
+  o.world_size = static_cast<int>(*size);
+  if (o.rank >= o.world_size) {
+    fail_env(fmt::format("{}={} is outside [0, {}={})", chosen->names[0], o.rank, chosen->names[1],
+                         o.world_size));
+  }
+  if (auto lr = trace::env::get_int({chosen->names[2]}, 0)) {
+    o.local_rank = static_cast<int>(*lr);
+  }
+  // Slurm writes SLURM_NTASKS_PER_NODE like "4(x2)": only a plain number is taken.
+  if (auto ls = env(chosen->names[3]); ls && ls->find('(') == std::string::npos) {
+    o.local_world_size = static_cast<int>(
+        *trace::env::get_int({chosen->names[3]}, 1, std::numeric_limits<int>::max()));
+  }
+  if (o.local_rank >= 0 && o.local_world_size > 0 && o.local_rank >= o.local_world_size) {
+    fail_env(fmt::format("{}={} is outside [0, {}={})", chosen->names[2], o.local_rank,
+                         chosen->names[3], o.local_world_size));
+  }
 
-std::optional<int64_t> env_int(const char* name) {
-  auto v = env(name);
-  if (!v) return std::nullopt;
-  return parse_int(name, *v);
+  auto addr = env("MASTER_ADDR");
+  if (!addr && chosen == &kSources[2]) addr = env("SLURM_LAUNCH_NODE_IPADDR");
+  auto port = trace::env::get_int({"MASTER_PORT"}, 0, 65535);
+  if (!port && !torchrun_style) port = 29500;
+  if (o.world_size > 1 && (!addr || !port)) {
+    fail_env(fmt::format("{} is not set", !addr ? "MASTER_ADDR" : "MASTER_PORT"));
+  }
+  o.master_addr = addr.value_or("127.0.0.1");
+  o.master_port = static_cast<uint16_t>(port.value_or(0));
+
+  if (auto id = trace::env::get({"MESHRT_RUN_ID", "TORCHELASTIC_RUN_ID"})) o.run_id = *id;
+  if (auto a = trace::env::get_int({"MESHRT_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"}, 0)) {
+    o.attempt = static_cast<int>(*a);
+  }
+  if (auto t = trace::env::get_ms({"MESHRT_EXIT_TIMEOUT_MS"})) o.exit_timeout = *t;
+  o.host_store = !trace::env::get_flag({"MESHRT_STORE_EXTERNAL"});
+  if (auto i = trace::env::get({"MESHRT_GLOO_IFNAME", "GLOO_SOCKET_IFNAME"})) o.gloo_iface = *i;
+  if (auto t = trace::env::get_ms({"MESHRT_TIMEOUT_MS"}, 1)) o.timeout = *t;
+  if (auto t = trace::env::get_ms({"MESHRT_INIT_TIMEOUT_MS"}, 1)) o.init_timeout = *t;
+  return o;
 }
 
 bool is_loopback(const std::string& host) {
@@ -176,73 +226,11 @@ struct WorldResources {
 }  // namespace
 
 InitOptions init_options_from_env() {
-  InitOptions o;
-  const EnvSource* chosen = nullptr;
-  for (const EnvSource& s : kSources) {
-    if (env(s.names[0]) || env(s.names[1])) {
-      chosen = &s;
-      break;
-    }
+  try {
+    return read_init_options();
+  } catch (const trace::env::EnvError& e) {
+    fail_env(e.what());
   }
-  if (chosen == nullptr) fail_env("no launcher environment found");
-  const auto rank = env_int(chosen->names[0]);
-  const auto size = env_int(chosen->names[1]);
-  if (!rank || !size) {
-    fail_env(fmt::format("{} sets {} but not {}", chosen->source,
-                         rank ? chosen->names[0] : chosen->names[1],
-                         rank ? chosen->names[1] : chosen->names[0]));
-  }
-  o.source = chosen->source;
-  o.rank = static_cast<int>(*rank);
-  o.world_size = static_cast<int>(*size);
-  if (o.world_size < 1) fail_env(fmt::format("{}={} < 1", chosen->names[1], o.world_size));
-  if (o.rank < 0 || o.rank >= o.world_size) {
-    fail_env(fmt::format("{}={} is outside [0, {}={})", chosen->names[0], o.rank, chosen->names[1],
-                         o.world_size));
-  }
-  if (auto lr = env_int(chosen->names[2])) o.local_rank = static_cast<int>(*lr);
-  // Slurm writes SLURM_NTASKS_PER_NODE like "4(x2)": only a plain number is taken.
-  if (auto ls = env(chosen->names[3]); ls && ls->find('(') == std::string::npos) {
-    o.local_world_size = static_cast<int>(parse_int(chosen->names[3], *ls));
-  }
-  if (o.local_rank >= 0 && o.local_world_size > 0 && o.local_rank >= o.local_world_size) {
-    fail_env(fmt::format("{}={} is outside [0, {}={})", chosen->names[2], o.local_rank,
-                         chosen->names[3], o.local_world_size));
-  }
-
-  const bool torchrun = std::string_view(chosen->source) == "torchrun";
-  auto addr = env("MASTER_ADDR");
-  if (!addr && std::string_view(chosen->source) == "slurm") addr = env("SLURM_LAUNCH_NODE_IPADDR");
-  auto port = env_int("MASTER_PORT");
-  if (!port && !torchrun) port = 29500;
-  if (o.world_size > 1 && (!addr || !port)) {
-    fail_env(fmt::format("{} is not set", !addr ? "MASTER_ADDR" : "MASTER_PORT"));
-  }
-  o.master_addr = addr.value_or("127.0.0.1");
-  if (port && (*port < 0 || *port > 65535))
-    fail_env(fmt::format("MASTER_PORT={} is not a port", *port));
-  o.master_port = static_cast<uint16_t>(port.value_or(0));
-
-  if (auto id = env("MESHRT_RUN_ID")) {
-    o.run_id = *id;
-  } else if (auto tid = env("TORCHELASTIC_RUN_ID")) {
-    o.run_id = *tid;
-  }
-  if (auto a = env_int("MESHRT_RESTART_COUNT")) {
-    o.attempt = static_cast<int>(*a);
-  } else if (auto ta = env_int("TORCHELASTIC_RESTART_COUNT")) {
-    o.attempt = static_cast<int>(*ta);
-  }
-  if (auto t = env_int("MESHRT_EXIT_TIMEOUT_MS")) o.exit_timeout = std::chrono::milliseconds(*t);
-  o.host_store = env("MESHRT_STORE_EXTERNAL").value_or("0") != "1";
-  if (auto i = env("MESHRT_GLOO_IFNAME")) {
-    o.gloo_iface = *i;
-  } else if (auto gi = env("GLOO_SOCKET_IFNAME")) {
-    o.gloo_iface = *gi;
-  }
-  if (auto t = env_int("MESHRT_TIMEOUT_MS")) o.timeout = std::chrono::milliseconds(*t);
-  if (auto t = env_int("MESHRT_INIT_TIMEOUT_MS")) o.init_timeout = std::chrono::milliseconds(*t);
-  return o;
 }
 
 std::shared_ptr<Communicator> init(const InitOptions& o) {

@@ -27,7 +27,9 @@ struct InitOptions {
   std::chrono::milliseconds init_timeout{std::chrono::minutes(5)};  // Rendezvous deadline.
   // How long the world's end waits for every rank to reach it (see init()).
   std::chrono::milliseconds exit_timeout{std::chrono::seconds(30)};
-  std::string source = "explicit";  // Where the values came from: torchrun, openmpi, slurm.
+  // Who set the values: "meshrun", "torchrun", "mpirun", "srun", "RANK/WORLD_SIZE set by hand",
+  // or "explicit" (the program).
+  std::string source = "explicit";
 };
 
 // Reads, in this order of preference: torchrun's RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE;

@@ -1,7 +1,11 @@
 #include "runtime/op.h"
 
 #include <algorithm>
+#include <functional>
 #include <numeric>
+#include <thread>
+
+#include "trace/scope.h"
 
 namespace meshrt {
 
@@ -29,6 +33,53 @@ uint64_t message_bytes(const Op& op, int group_size, int rank) {
     }
   }
   return 0;
+}
+
+namespace {
+
+trace::Dims dims_of(const BufferView& b) {
+  trace::Dims d;
+  if (b.shape.ndim() == 0) {
+    d.ndim = b.count > 0 ? 1 : 0;
+    d.size[0] = static_cast<int64_t>(b.count);
+    return d;
+  }
+  d.ndim = static_cast<uint8_t>(std::min(b.shape.ndim(), trace::Dims::kMax));
+  for (size_t i = 0; i < d.ndim; ++i) d.size[i] = b.shape[i];
+  return d;
+}
+
+}  // namespace
+
+trace::OpRecord make_record(const Op& op, std::shared_ptr<const trace::CommInfo> comm,
+                            const std::source_location& caller) {
+  const trace::OpKindInfo& info = trace::op_info(op.kind);
+  const int group_size = static_cast<int>(comm->global_ranks.size());
+  const int rank = comm->rank;
+  trace::OpRecord rec;
+  rec.comm = std::move(comm);
+  rec.kind = op.kind;
+  rec.op = info.name;
+  rec.is_p2p = info.p2p;
+  if (info.size != trace::SizeRule::kNone) {
+    const BufferView& b = op.kind == OpKind::kBatchP2P ? op.p2p.front().buffer : op.input;
+    // A scatter's non-root ranks pass no input: their output has the dtype.
+    rec.dtype =
+        dtype_name(op.kind == OpKind::kScatter && op.root != rank ? op.output.dtype : b.dtype);
+  }
+  if (info.reduces) rec.reduce_op = reduce_op_name(op.reduce_op);
+  rec.input_count = op.input.count;
+  rec.output_count = op.output.count;
+  rec.input_shape = dims_of(op.input);
+  rec.output_shape = dims_of(op.output);
+  rec.bytes = message_bytes(op, group_size, rank);
+  rec.root_or_peer = op.root;
+  rec.timeout_ms = op.timeout.count();
+  rec.scope = trace::current_scope();
+  rec.thread_id = std::hash<std::thread::id>{}(std::this_thread::get_id());
+  rec.caller_file = caller.file_name();
+  rec.caller_line = caller.line();
+  return rec;
 }
 
 }  // namespace meshrt

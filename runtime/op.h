@@ -4,10 +4,13 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
+#include <source_location>
 #include <string_view>
 #include <vector>
 
 #include "../trace/op_kind.h"
+#include "../trace/op_record.h"
 #include "buffer.h"
 #include "reduce_op.h"
 
@@ -48,5 +51,11 @@ struct Op {
 // reduce_scatter, gather and scatter; max of sent and received bytes for uneven all_to_all and
 // batches), seen from group rank `rank` of a group of `group_size`.
 uint64_t message_bytes(const Op& op, int group_size, int rank);
+
+// The trace record of `op`, called at `caller`, on `comm`: kind, dtype, reduce op, counts, shapes,
+// bytes, root or peer, timeout, the caller's scope and thread. The communicator adds sequence
+// numbers, channels and times.
+trace::OpRecord make_record(const Op& op, std::shared_ptr<const trace::CommInfo> comm,
+                            const std::source_location& caller);
 
 }  // namespace meshrt

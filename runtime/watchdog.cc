@@ -8,8 +8,7 @@
 #include <cstdlib>
 #include <thread>
 
-#include "runtime/communicator.h"
-#include "runtime/work.h"
+#include "trace/env.h"
 #include "trace/logging.h"
 #include "trace/tracer.h"
 
@@ -23,25 +22,6 @@ std::atomic<bool> dump_requested_by_signal{false};
 
 extern "C" void on_sigusr1(int) { dump_requested_by_signal.store(true); }
 
-const char* first_env(std::initializer_list<const char*> names) {
-  for (const char* n : names) {
-    if (const char* v = std::getenv(n); v != nullptr && *v != '\0') return v;
-  }
-  return nullptr;
-}
-
-std::optional<int64_t> env_int(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return std::nullopt;
-  char* end = nullptr;
-  const long long n = std::strtoll(v, &end, 10);
-  if (*end != '\0' || n < 0) {
-    log().warn("ignoring {}={}: not a non-negative integer", name, v);
-    return std::nullopt;
-  }
-  return n;
-}
-
 std::string sizes_text(const trace::OpRecord& r) {
   return fmt::format("in {} x {}, out {} x {}", r.input_count, r.dtype, r.output_count, r.dtype);
 }
@@ -49,31 +29,19 @@ std::string sizes_text(const trace::OpRecord& r) {
 }  // namespace
 
 WatchdogOptions watchdog_options_from_env() {
+  namespace env = trace::env;
   WatchdogOptions o;
-  if (const char* v = std::getenv("MESHRT_ON_TIMEOUT"); v != nullptr && *v != '\0') {
-    const std::string_view s(v);
-    if (s == "abort") {
-      o.policy = TimeoutPolicy::kAbort;
-    } else if (s == "throw") {
-      o.policy = TimeoutPolicy::kThrow;
-    } else if (s == "continue") {
-      o.policy = TimeoutPolicy::kContinue;
-    } else {
-      log().warn("ignoring MESHRT_ON_TIMEOUT={}: expected abort, throw or continue", s);
-    }
+  if (auto p = env::get_choice({"MESHRT_ON_TIMEOUT"}, {"abort", "throw", "continue"})) {
+    o.policy = *p == "abort"   ? TimeoutPolicy::kAbort
+               : *p == "throw" ? TimeoutPolicy::kThrow
+                               : TimeoutPolicy::kContinue;
   }
-  if (auto ms = env_int("MESHRT_WATCHDOG_POLL_MS"); ms && *ms > 0)
-    o.poll = std::chrono::milliseconds(*ms);
-  if (auto ms = env_int("MESHRT_DUMP_SIGNAL_POLL_MS"); ms && *ms > 0) {
-    o.signal_poll = std::chrono::milliseconds(*ms);
-  }
-  if (auto ms = env_int("MESHRT_DUMP_WAIT_MS")) o.dump_wait = std::chrono::milliseconds(*ms);
-  if (auto ms = env_int("MESHRT_HEARTBEAT_TIMEOUT_MS"); ms && *ms > 0) {
-    o.heartbeat_timeout = std::chrono::milliseconds(*ms);
-  }
-  if (const char* v = first_env({"MESHRT_DUMP_PIPE", "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"})) {
-    o.pipe_stem = v;
-  }
+  o.poll = env::get_ms({"MESHRT_WATCHDOG_POLL_MS"}, 1).value_or(o.poll);
+  o.signal_poll = env::get_ms({"MESHRT_DUMP_SIGNAL_POLL_MS"}, 1).value_or(o.signal_poll);
+  o.dump_wait = env::get_ms({"MESHRT_DUMP_WAIT_MS"}).value_or(o.dump_wait);
+  o.heartbeat_timeout =
+      env::get_ms({"MESHRT_HEARTBEAT_TIMEOUT_MS"}, 1).value_or(o.heartbeat_timeout);
+  if (auto v = env::get({"MESHRT_DUMP_PIPE", "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"})) o.pipe_stem = *v;
   return o;
 }
 
@@ -85,7 +53,7 @@ Watchdog& Watchdog::instance() {
 
 Watchdog::Watchdog() : options_(watchdog_options_from_env()) {}
 
-void Watchdog::add(Communicator* comm) {
+void Watchdog::add(Watched* comm) {
   std::lock_guard lock(mu_);
   comms_.push_back(comm);
   if (!started_) {
@@ -94,7 +62,7 @@ void Watchdog::add(Communicator* comm) {
   }
 }
 
-void Watchdog::remove(Communicator* comm) {
+void Watchdog::remove(Watched* comm) {
   std::lock_guard lock(mu_);
   std::erase(comms_, comm);
 }
@@ -196,11 +164,11 @@ void Watchdog::monitor_loop() {
 void Watchdog::scan_timeouts() {
   // Backends bound their own ops by the timeout; this catches one that does not, a second late.
   constexpr int64_t kGraceNs = 1'000'000'000;
-  std::vector<std::pair<const Communicator*, trace::OpRecord>> late;
+  std::vector<std::pair<Watched*, trace::OpRecord>> late;
   {
     std::lock_guard lock(mu_);
     const int64_t now = trace::steady_now_ns();
-    for (const Communicator* c : comms_) {
+    for (Watched* c : comms_) {
       auto rec = c->running_record();
       if (rec && rec->start_ns != 0 &&
           now - rec->start_ns > rec->timeout_ms * 1'000'000 + kGraceNs) {
@@ -221,7 +189,7 @@ void Watchdog::scan_timeouts() {
       // Backends that can interrupt an op (in-process; not Gloo) fail its waiters now.
       std::lock_guard lock(mu_);
       if (std::find(comms_.begin(), comms_.end(), comm) != comms_.end()) {
-        const_cast<Communicator*>(comm)->abort();
+        comm->abort();
       }
     }
   }
@@ -373,18 +341,17 @@ void Watchdog::exit_after_dumps() {
   wait_for_all_dumps();
   {
     std::lock_guard lock(mu_);
-    for (Communicator* c : comms_) c->abort();
+    for (Watched* c : comms_) c->abort();
   }
   log().flush();
   std::fflush(nullptr);
   ::_exit(kWatchdogExitCode);
 }
 
-void Watchdog::on_op_failed(const Communicator& comm, const Work& work, const std::string& error,
+void Watchdog::on_op_failed(const trace::OpRecord& rec, const std::string& error,
                             bool timed_out) noexcept {
   try {
-    const trace::OpRecord rec = work.record();
-    trace::DumpTrigger t{comm.global_rank(), comm.name(),
+    trace::DumpTrigger t{rec.comm->global_rank, rec.comm->name,
                          rec.is_p2p ? rec.p2p_seq : rec.collective_seq, std::string(rec.op), error};
     fire(timed_out ? trace::DumpReason::kTimeout : trace::DumpReason::kFailure, t);
     if (policy() == TimeoutPolicy::kAbort) exit_after_dumps();

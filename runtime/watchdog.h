@@ -18,8 +18,16 @@
 
 namespace meshrt {
 
-class Communicator;
-class Work;
+// What the watchdog sees of a communicator: the op it runs now and a way to abort it. The
+// watchdog knows nothing else of communicators, which register themselves with add().
+class Watched {
+ public:
+  virtual ~Watched() = default;
+  // The record of the op executing now, if any.
+  virtual std::optional<trace::OpRecord> running_record() const = 0;
+  // Fails ops in flight and every later op with kAborted.
+  virtual void abort() noexcept = 0;
+};
 
 // What the watchdog does once the dumps are written.
 enum class TimeoutPolicy {
@@ -53,8 +61,8 @@ class Watchdog {
   static Watchdog& instance();
 
   // Called by Communicator's constructor and destructor.
-  void add(Communicator* comm);
-  void remove(Communicator* comm);
+  void add(Watched* comm);
+  void remove(Watched* comm);
   // The job's store (for dump signals), run id and world size, for dumps; init() sets them.
   void set_job_store(std::shared_ptr<Store> store, std::string run_id, int world_size);
   // Forgets the job store if it is `store` (the world that set it is gone).
@@ -65,7 +73,7 @@ class Watchdog {
 
   // Called on the worker before a failed op is marked failed: dumps, signals and, under kAbort,
   // exits. Returns only when the job goes on.
-  void on_op_failed(const Communicator& comm, const Work& work, const std::string& error,
+  void on_op_failed(const trace::OpRecord& record, const std::string& error,
                     bool timed_out) noexcept;
   // Checks the store for another rank's dump signal now and dumps if it is there (the watchdog
   // thread does this every signal_poll; a rank about to leave the job does it once more).
@@ -94,7 +102,7 @@ class Watchdog {
 
   WatchdogOptions options_;
   mutable std::mutex mu_;
-  std::vector<Communicator*> comms_;
+  std::vector<Watched*> comms_;
   std::shared_ptr<Store> store_;
   int world_size_ = 0;
   TimeoutPolicy default_policy_ = TimeoutPolicy::kAbort;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "runtime/timeout.h"
 #include "trace/tracer.h"
 
 namespace meshrt {
@@ -16,8 +17,7 @@ void Work::wait() {
 }
 
 void Work::wait(std::chrono::milliseconds timeout) {
-  // wait_for adds the timeout to now(): cap it so "forever" does not overflow.
-  timeout = std::min(timeout, std::chrono::milliseconds(std::chrono::hours(24 * 365)));
+  timeout = capped_timeout(timeout);
   std::unique_lock lock(mu_);
   if (!cv_.wait_for(lock, timeout, [this] { return done_; })) {
     throw Error(

@@ -639,21 +639,24 @@ TEST(Meshrun, MeshrtLogLinesKeepTheirOwnRankPrefix) {
   // At info level init() logs "joining run ..." with meshrt's prefix, which names the rank.
   std::map<std::string, std::string> env = kInitEnv;
   env["MESHRT_LOG_LEVEL"] = "info";
-  const auto r = run_meshrun({"--standalone", "--nproc-per-node", "2", MESHRT_LAUNCHER_CHILD,
-                              "eprint=[meshrt rank ?] not a log line with a rank", "world"},
-                             30s, env);
+  const auto r =
+      run_meshrun({"--standalone", "--nproc-per-node", "2", MESHRT_LAUNCHER_CHILD,
+                   "eprint=[meshrt warning rank ? h:1] not a log line with a rank", "world"},
+                  30s, env);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   size_t joins = 0;
   for (const auto& line : lines_of(r.err)) {
     if (contains(line, "joining run")) {
       ++joins;
       EXPECT_EQ(line.rfind("[rank", 0), std::string::npos) << line;
-      EXPECT_TRUE(contains(line, "] [meshrt rank ")) << line;
+      EXPECT_EQ(line.rfind("[meshrt info rank ", 0), 0u) << line;
     }
   }
   EXPECT_EQ(joins, 2u) << r.err;
-  EXPECT_TRUE(contains(r.err, "[rank0]: [meshrt rank ?] not a log line with a rank\n")) << r.err;
-  EXPECT_TRUE(contains(r.err, "[rank1]: [meshrt rank ?] not a log line with a rank\n")) << r.err;
+  EXPECT_TRUE(contains(r.err, "[rank0]: [meshrt warning rank ? h:1] not a log line with a rank\n"))
+      << r.err;
+  EXPECT_TRUE(contains(r.err, "[rank1]: [meshrt warning rank ? h:1] not a log line with a rank\n"))
+      << r.err;
 }
 
 // A stand-in meshtrace that appends its arguments to `calls` next to itself, writes
@@ -990,15 +993,14 @@ TEST(ErrorFile, TorchelasticsLayoutBothWays) {
 }
 
 TEST(OutputPrefixer, MeshrtLogLinesNameTheirRankAlready) {
-  for (const char* line :
-       {"[meshrt rank 3] [warn] x", "[2025-05-02 10:14:03.117] [meshrt rank 12] [error] y",
-        "[meshrt rank 0]"}) {
+  for (const char* line : {"[meshrt warning rank 3 node7:4242] x", "[meshrt error rank 12 h:1] y",
+                           "[meshrt info rank 0 h:9]"}) {
     EXPECT_TRUE(launcher::is_meshrt_log_line(line)) << line;
   }
   for (const char* line :
-       {"", "meshrt rank 3", "[meshrt rank ?] [warn] before init", "[meshrt rank 3",
-        "[2025-05-02 10:14:03.117] plain", "[rank3]: [meshrt rank 3]", "[x] [meshrt rank 3]",
-        " [meshrt rank 3]", "[meshrtx rank 3]"}) {
+       {"", "meshrt rank 3", "[meshrt warning rank ? node7:4242] before init",
+        "[meshrt warning rank 3", "[rank3]: [meshrt info rank 3 h:1]", "[x] [meshrt rank 3]",
+        " [meshrt info rank 3 h:1]", "[meshrtx info rank 3 h:1]", "[meshrt info h:1] rank 3"}) {
     EXPECT_FALSE(launcher::is_meshrt_log_line(line)) << line;
   }
 }

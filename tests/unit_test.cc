@@ -10,6 +10,7 @@
 #include "mesh/meshrt.h"
 #include "runtime/validation.h"
 #include "trace/bandwidth.h"
+#include "trace/env.h"
 #include "trace/scope.h"
 #include "trace/tracer.h"
 
@@ -356,7 +357,8 @@ class ScopedEnv {
                                          "MESHRT_GLOO_IFNAME",
                                          "GLOO_SOCKET_IFNAME",
                                          "MESHRT_TIMEOUT_MS",
-                                         "MESHRT_INIT_TIMEOUT_MS"};
+                                         "MESHRT_INIT_TIMEOUT_MS",
+                                         "MESHRT_LAUNCHER"};
   std::vector<std::pair<std::string, std::string>> saved_;
 };
 
@@ -381,6 +383,45 @@ TEST(InitEnv, Torchrun) {
   EXPECT_TRUE(o.host_store);
 }
 
+TEST(InitEnv, NamesWhoSetTheVariables) {
+  {
+    ScopedEnv env({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MESHRT_LAUNCHER", "meshrun"}});
+    EXPECT_EQ(init_options_from_env().source, "meshrun");
+  }
+  {
+    ScopedEnv env({{"RANK", "0"}, {"WORLD_SIZE", "1"}});
+    EXPECT_EQ(init_options_from_env().source, "RANK/WORLD_SIZE set by hand");
+  }
+}
+
+TEST(Env, OneParserForEveryVariable) {
+  ScopedEnv env({{"MESHRT_TIMEOUT_MS", "250"}, {"MESHRT_RUN_ID", ""}});
+  namespace env_ = trace::env;
+  EXPECT_EQ(env_::get_ms({"MESHRT_TIMEOUT_MS"}, 1), std::chrono::milliseconds(250));
+  EXPECT_EQ(env_::get({"MESHRT_RUN_ID"}), std::nullopt) << "empty is unset";
+  EXPECT_EQ(env_::get({"MESHRT_RUN_ID", "MESHRT_TIMEOUT_MS"}), "250") << "first set alias wins";
+  EXPECT_FALSE(env_::get_flag({"MESHRT_RUN_ID"}));
+  EXPECT_TRUE(env_::get_flag({"MESHRT_RUN_ID"}, true));
+  const std::pair<const char*, const char*> bad[] = {
+      {"-5", "MESHRT_TIMEOUT_MS='-5': expected an integer >= 1"},
+      {"5ms", "MESHRT_TIMEOUT_MS='5ms': expected an integer >= 1"},
+      {"99999999999999999999",
+       "MESHRT_TIMEOUT_MS='99999999999999999999': expected an integer >= 1"},
+  };
+  for (const auto& [value, message] : bad) {
+    ::setenv("MESHRT_TIMEOUT_MS", value, 1);
+    try {
+      env_::get_ms({"MESHRT_TIMEOUT_MS"}, 1);
+      ADD_FAILURE() << "accepted " << value;
+    } catch (const env_::EnvError& e) {
+      EXPECT_EQ(std::string(e.what()), message);
+    }
+  }
+  ::setenv("MESHRT_TIMEOUT_MS", "TRUE", 1);
+  EXPECT_TRUE(env_::get_flag({"MESHRT_TIMEOUT_MS"}));
+  EXPECT_THROW(env_::get_choice({"MESHRT_TIMEOUT_MS"}, {"abort", "throw"}), env_::EnvError);
+}
+
 TEST(InitEnv, OpenMpiWithDefaultPort) {
   ScopedEnv env({{"OMPI_COMM_WORLD_RANK", "1"},
                  {"OMPI_COMM_WORLD_SIZE", "4"},
@@ -388,7 +429,7 @@ TEST(InitEnv, OpenMpiWithDefaultPort) {
                  {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
                  {"MASTER_ADDR", "127.0.0.1"}});
   const InitOptions o = init_options_from_env();
-  EXPECT_EQ(o.source, "openmpi");
+  EXPECT_EQ(o.source, "mpirun");
   EXPECT_EQ(o.rank, 1);
   EXPECT_EQ(o.world_size, 4);
   EXPECT_EQ(o.master_port, 29500);
@@ -401,7 +442,7 @@ TEST(InitEnv, SlurmTakesTheLaunchNodeAddress) {
                  {"SLURM_NTASKS_PER_NODE", "3(x2)"},
                  {"SLURM_LAUNCH_NODE_IPADDR", "127.0.0.1"}});
   const InitOptions o = init_options_from_env();
-  EXPECT_EQ(o.source, "slurm");
+  EXPECT_EQ(o.source, "srun");
   EXPECT_EQ(o.rank, 5);
   EXPECT_EQ(o.local_rank, 2);
   EXPECT_EQ(o.local_world_size, -1);
@@ -411,10 +452,10 @@ TEST(InitEnv, SlurmTakesTheLaunchNodeAddress) {
 TEST(InitEnv, ErrorsListWhatWasFoundAndWhatIsNeeded) {
   const std::pair<std::vector<std::pair<std::string, std::string>>, std::string> cases[] = {
       {{}, "no launcher environment found"},
-      {{{"RANK", "0"}}, "torchrun sets RANK but not WORLD_SIZE"},
+      {{{"RANK", "0"}}, "RANK is set but not WORLD_SIZE"},
       {{{"RANK", "4"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}},
        "RANK=4 is outside [0, WORLD_SIZE=4)"},
-      {{{"RANK", "x"}, {"WORLD_SIZE", "4"}}, "RANK='x' is not an integer"},
+      {{{"RANK", "x"}, {"WORLD_SIZE", "4"}}, "RANK='x': expected an integer >= 0"},
       {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}}, "MASTER_PORT is not set"},
       {{{"RANK", "1"},
         {"WORLD_SIZE", "2"},
@@ -423,6 +464,12 @@ TEST(InitEnv, ErrorsListWhatWasFoundAndWhatIsNeeded) {
         {"MASTER_ADDR", "h"},
         {"MASTER_PORT", "1"}},
        "LOCAL_RANK=2 is outside [0, LOCAL_WORLD_SIZE=2)"},
+      {{{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MESHRT_TIMEOUT_MS", "ten"}},
+       "MESHRT_TIMEOUT_MS='ten': expected an integer >= 1"},
+      {{{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MESHRT_STORE_EXTERNAL", "maybe"}},
+       "MESHRT_STORE_EXTERNAL='maybe': expected 1/true/yes/on or 0/false/no/off"},
+      {{{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_PORT", "70000"}},
+       "MASTER_PORT='70000': expected an integer in [0, 65535]"},
   };
   for (const auto& [vars, problem] : cases) {
     ScopedEnv env(vars);

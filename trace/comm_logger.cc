@@ -11,23 +11,10 @@
 
 #include "trace/atomic_file.h"
 #include "trace/bandwidth.h"
+#include "trace/logging.h"
 
 namespace meshrt::trace {
 namespace {
-
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream ss(text);
-  for (std::string item; std::getline(ss, item, ',');) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
-
-bool env_flag(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && std::string_view(v) != "0" && std::string_view(v) != "";
-}
 
 double percentile_ms(std::vector<int64_t> samples, double q) {
   if (samples.empty()) return 0;
@@ -67,20 +54,6 @@ CommLogger& CommLogger::instance() {
   return *logger;
 }
 
-void CommLogger::install_from_env() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    CommLoggerOptions o;
-    const char* summary = std::getenv("MESHRT_COMMS_SUMMARY");
-    o.summary_path = summary ? summary : "";
-    o.enabled = env_flag("MESHRT_COMMS_LOG") || !o.summary_path.empty();
-    o.verbose = env_flag("MESHRT_COMMS_LOG_VERBOSE");
-    if (const char* ops = std::getenv("MESHRT_COMMS_LOG_OPS")) o.ops = split_list(ops);
-    if (!o.enabled) return;
-    instance().configure(std::move(o));
-  });
-}
-
 void CommLogger::configure(CommLoggerOptions options) {
   bool was_enabled;
   bool wants_exit_writer;
@@ -90,12 +63,8 @@ void CommLogger::configure(CommLoggerOptions options) {
     options_ = std::move(options);
     wants_exit_writer = !options_.summary_path.empty();
   }
-  // Registered only while enabled, so a disabled logger costs the hot path nothing.
-  static std::shared_ptr<Sink> self(&instance(), [](Sink*) {});
-  if (options_.enabled && !was_enabled) add_sink(self);
-  if (!options_.enabled && was_enabled) remove_sink(self.get());
-  static std::once_flag exit_writer;
-  if (wants_exit_writer) std::call_once(exit_writer, [] { std::atexit(write_at_exit); });
+  keep_registered_while_enabled(instance(), was_enabled, options_.enabled);
+  if (wants_exit_writer) run_at_exit_once(write_at_exit);
 }
 
 CommLoggerOptions CommLogger::options() const {
@@ -148,17 +117,17 @@ void CommLogger::on_end(const OpRecord& r) {
   if (verbose) {
     const int n = static_cast<int>(r.comm->global_ranks.size());
     const double us = ns / 1e3;
+    // The logger's prefix names the rank: the op runs on its rank's thread.
     std::string line = fmt::format(
-        "[meshrt rank {}] comm op: {} | dim: {} | group: {} | size: {} B | time (ms): {:.3f} | "
+        "comm op: {} | dim: {} | group: {} | size: {} B | time (ms): {:.3f} | "
         "algbw (GB/s): {:.3f} | busbw (GB/s): {:.3f}",
-        r.comm->global_rank, r.op, r.comm->mesh_dim.empty() ? r.comm->name : r.comm->mesh_dim, n,
-        r.bytes, us / 1e3, algbw_gbps(r.bytes, us), busbw_gbps(r.kind, n, r.bytes, us));
+        r.op, r.comm->mesh_dim.empty() ? r.comm->name : r.comm->mesh_dim, n, r.bytes, us / 1e3,
+        algbw_gbps(r.bytes, us), busbw_gbps(r.kind, n, r.bytes, us));
     if (r.debug) {
       line += fmt::format(" | in: {} | out: {}", format_tensor_stats(r.debug->input),
                           format_tensor_stats(r.debug->output));
     }
-    line += '\n';
-    std::fwrite(line.data(), 1, line.size(), stderr);
+    log().info("{}", line);
   }
 }
 
@@ -253,16 +222,8 @@ std::string CommLogger::summary_json(int global_rank) const {
 std::vector<std::string> CommLogger::write_summaries(const std::string& pattern) const {
   std::vector<std::string> written;
   for (int rank : ranks()) {
-    std::string path = pattern;
-    for (size_t at = path.find("{rank}"); at != std::string::npos; at = path.find("{rank}")) {
-      path.replace(at, 6, std::to_string(rank));
-    }
-    if (write_file_atomically(path, summary_json(rank))) {
-      written.push_back(path);
-    } else {
-      std::fprintf(stderr, "[meshrt rank %d] could not write the comms summary to %s\n", rank,
-                   path.c_str());
-    }
+    const std::string path = output_path(pattern, rank);
+    if (write_output_file(path, summary_json(rank), "comms summary")) written.push_back(path);
   }
   return written;
 }

@@ -51,8 +51,6 @@ class CommLogger : public Sink {
   // MESHRT_COMMS_LOG_OPS (comma list) and MESHRT_COMMS_SUMMARY (path) on first use, and
   // registered as a trace sink. With a summary path it writes every rank's summary at exit.
   static CommLogger& instance();
-  // Installs instance() when the environment enables it; called when a communicator is created.
-  static void install_from_env();
 
   void configure(CommLoggerOptions options);
   CommLoggerOptions options() const;

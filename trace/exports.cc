@@ -12,18 +12,6 @@ namespace {
 
 constexpr std::string_view kRankField = "{rank}";
 
-std::string env_or_empty(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? v : "";
-}
-
-std::string with_rank(std::string path, int rank) {
-  for (size_t at = path.find(kRankField); at != std::string::npos; at = path.find(kRankField)) {
-    path.replace(at, kRankField.size(), std::to_string(rank));
-  }
-  return path;
-}
-
 bool has_path(const ExportOptions& o) {
   return !o.chrome_path.empty() || !o.jsonl_path.empty() || !o.prometheus_path.empty();
 }
@@ -40,18 +28,6 @@ Exports& Exports::instance() {
   return *exports;
 }
 
-void Exports::install_from_env() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    ExportOptions o;
-    o.chrome_path = env_or_empty("MESHRT_TRACE_CHROME");
-    o.jsonl_path = env_or_empty("MESHRT_TRACE_JSONL");
-    o.prometheus_path = env_or_empty("MESHRT_TRACE_PROMETHEUS");
-    o.enabled = has_path(o);
-    if (o.enabled) instance().configure(std::move(o));
-  });
-}
-
 void Exports::configure(ExportOptions options) {
   const bool enable = options.enabled;
   const bool wants_exit_writer = has_path(options);
@@ -62,12 +38,8 @@ void Exports::configure(ExportOptions options) {
     if (options.max_ops_per_rank != options_.max_ops_per_rank) rings_.clear();
     options_ = std::move(options);
   }
-  // Registered only while enabled, so disabled exports cost the hot path nothing.
-  static std::shared_ptr<Sink> self(&instance(), [](Sink*) {});
-  if (enable && !was_enabled) add_sink(self);
-  if (!enable && was_enabled) remove_sink(self.get());
-  static std::once_flag exit_writer;
-  if (wants_exit_writer) std::call_once(exit_writer, [] { std::atexit(write_at_exit); });
+  keep_registered_while_enabled(instance(), was_enabled, enable);
+  if (wants_exit_writer) run_at_exit_once(write_at_exit);
 }
 
 ExportOptions Exports::options() const {
@@ -140,17 +112,18 @@ std::string Exports::render(ExportFormat format, std::span<const int> ranks) con
 
 std::vector<std::string> Exports::write(ExportFormat format, const std::string& pattern) const {
   std::vector<std::pair<std::string, std::vector<int>>> files;
+  const std::vector<int> local = ranks();
   if (pattern.find(kRankField) == std::string::npos) {
-    files.emplace_back(pattern, std::vector<int>{});
+    // One file for the process's ranks (all of an in-process world's); output_path() still gives
+    // each process of a multi-process job its own.
+    files.emplace_back(output_path(pattern, local.empty() ? 0 : local.front()), std::vector<int>{});
   } else {
-    for (int rank : ranks()) files.emplace_back(with_rank(pattern, rank), std::vector<int>{rank});
+    for (int rank : local) files.emplace_back(output_path(pattern, rank), std::vector<int>{rank});
   }
   std::vector<std::string> written;
   for (const auto& [path, file_ranks] : files) {
-    if (write_file_atomically(path, render(format, file_ranks))) {
+    if (write_output_file(path, render(format, file_ranks), "trace export")) {
       written.push_back(path);
-    } else {
-      std::fprintf(stderr, "meshrt: could not write the trace export %s\n", path.c_str());
     }
   }
   return written;

@@ -34,11 +34,8 @@ struct ExportOptions {
 
 class Exports : public Sink {
  public:
-  // The process's exports, configured on first use by install_from_env().
+  // The process's exports, configured by install_sinks_from_env().
   static Exports& instance();
-  // Enables instance() when MESHRT_TRACE_CHROME, MESHRT_TRACE_JSONL or MESHRT_TRACE_PROMETHEUS
-  // names a path; called when a communicator is created.
-  static void install_from_env();
 
   // Registers the sink while enabled; a configured path makes the files be written at exit.
   // A new max_ops_per_rank drops the kept records.

@@ -14,6 +14,8 @@
 #include "meshrt_config.h"
 #include "trace/atomic_file.h"
 #include "trace/dump.h"
+#include "trace/env.h"
+#include "trace/logging.h"
 #include "trace/pickle_writer.h"
 
 namespace meshrt::trace {
@@ -24,13 +26,6 @@ using Json = nlohmann::ordered_json;
 // The meshrt extension of PyTorch's schema; bumped on any change to the dump's keys.
 constexpr int kMeshrtDumpVersion = 1;
 constexpr const char* kSchemaVersion = "2.10";
-
-const char* first_env(std::initializer_list<const char*> names) {
-  for (const char* n : names) {
-    if (const char* v = std::getenv(n); v != nullptr && *v != '\0') return v;
-  }
-  return nullptr;
-}
 
 // PyTorch ScalarType names, which its analyzer compares.
 std::string_view torch_dtype(std::string_view dtype) {
@@ -66,9 +61,7 @@ class FileWriter : public DumpWriter {
   explicit FileWriter(std::string prefix) : prefix_(std::move(prefix)) {}
   std::optional<std::string> write(int rank, const std::string& bytes) override {
     const std::string path = prefix_ + std::to_string(rank);
-    std::error_code ignored;  // A missing directory is the write's failure to report.
-    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ignored);
-    if (!write_file_atomically(path, bytes)) return std::nullopt;
+    if (!write_output_file(path, bytes, "flight recorder dump")) return std::nullopt;
     return path;
   }
 
@@ -100,17 +93,14 @@ std::string_view dump_reason_name(DumpReason reason) {
 
 FlightRecorderOptions flight_recorder_options_from_env() {
   FlightRecorderOptions o;
-  if (const char* v = first_env(
-          {"MESHRT_TRACE_BUFFER_SIZE", "TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"})) {
-    char* end = nullptr;
-    const long long n = std::strtoll(v, &end, 10);
-    if (end != v && *end == '\0' && n >= 0) o.capacity = static_cast<size_t>(n);
-  }
-  if (const char* v = first_env(
-          {"MESHRT_DUMP_PREFIX", "TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"})) {
-    o.dump_prefix = v;
-  }
-  if (const char* v = std::getenv("MESHRT_DUMP_FORMAT"); v && std::string_view(v) == "pickle") {
+  o.capacity = static_cast<size_t>(env::get_int({"MESHRT_TRACE_BUFFER_SIZE", "TORCH_FR_BUFFER_SIZE",
+                                                 "TORCH_NCCL_TRACE_BUFFER_SIZE"},
+                                                0, int64_t{1} << 24)
+                                       .value_or(static_cast<int64_t>(o.capacity)));
+  o.dump_prefix =
+      env::get({"MESHRT_DUMP_PREFIX", "TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"})
+          .value_or(o.dump_prefix);
+  if (env::get_choice({"MESHRT_DUMP_FORMAT"}, {"json", "pickle"}) == "pickle") {
     o.format = DumpFormat::kPickle;
   }
   return o;
@@ -491,7 +481,7 @@ std::vector<std::string> FlightRecorder::dump(DumpReason reason,
       }
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "meshrt: flight recorder dump failed: %s\n", e.what());
+    log().error("flight recorder dump failed: {}", e.what());
   }
   return paths;
 }

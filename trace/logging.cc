@@ -2,9 +2,13 @@
 
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_sinks.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
-#include <cstdlib>
+#include <string>
+
+#include "trace/env.h"
 
 namespace meshrt {
 namespace {
@@ -29,24 +33,31 @@ class RankFlag : public spdlog::custom_flag_formatter {
   }
 };
 
+std::string host_name() {
+  char name[256] = {};
+  ::gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
 std::shared_ptr<spdlog::logger> make_logger() {
   auto logger =
       std::make_shared<spdlog::logger>("meshrt", std::make_shared<spdlog::sinks::stderr_sink_mt>());
   auto formatter = std::make_unique<spdlog::pattern_formatter>();
-  formatter->add_flag<RankFlag>('*').set_pattern("[%Y-%m-%d %H:%M:%S.%e] [meshrt rank %*] [%l] %v");
+  // "[meshrt warning rank 3 node7:4242] message": the rank once, and where it runs (%P is the pid
+  // at the time of the line, right after a fork too).
+  std::string host = host_name();
+  std::replace(host.begin(), host.end(), '%', '_');
+  formatter->add_flag<RankFlag>('*').set_pattern("[meshrt %l rank %* " + host + ":%P] %v");
   logger->set_formatter(std::move(formatter));
   logger->set_level(spdlog::level::warn);
-  if (const char* level = std::getenv("MESHRT_LOG_LEVEL")) {
-    // spdlog maps unknown names to "off": a typo must not silence the logs.
-    const auto parsed = spdlog::level::from_str(level);
-    if (parsed == spdlog::level::off && std::string_view(level) != "off") {
-      logger->warn(
-          "MESHRT_LOG_LEVEL='{}' is not one of trace, debug, info, warn, error, "
-          "critical, off; using warn",
-          level);
-    } else {
-      logger->set_level(parsed);
+  try {
+    if (auto level = trace::env::get_choice(
+            {"MESHRT_LOG_LEVEL"}, {"trace", "debug", "info", "warn", "error", "critical", "off"})) {
+      logger->set_level(spdlog::level::from_str(*level));
     }
+  } catch (const trace::env::EnvError& e) {
+    // The logger cannot fail its first caller: a typo must not silence the logs either.
+    logger->warn("{}; using warn", e.what());
   }
   logger->flush_on(spdlog::level::warn);
   return logger;

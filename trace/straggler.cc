@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "trace/atomic_file.h"
+#include "trace/logging.h"
 
 namespace meshrt::trace {
 namespace {
@@ -148,26 +149,6 @@ Json late_json(const std::vector<RankStragglerStats>& ranks) {
   return out;
 }
 
-bool env_flag(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && std::string_view(v) != "0" && std::string_view(v) != "";
-}
-
-// A positive integer from the environment; `fallback` (with a note) when unset or invalid.
-size_t env_count(const char* name, size_t fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr) return fallback;
-  const std::string_view text(v);
-  size_t out = 0;
-  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-  if (ec != std::errc() || ptr != text.data() + text.size() || out == 0) {
-    std::fprintf(stderr, "meshrt: %s='%s' is not a positive integer; using %zu\n", name, v,
-                 fallback);
-    return fallback;
-  }
-  return out;
-}
-
 std::string host_name() {
   char name[256] = {};
   gethostname(name, sizeof(name) - 1);
@@ -183,9 +164,9 @@ void write_at_exit() {
   }
   const std::vector<int> ranks = sink.ranks();
   if (std::find(ranks.begin(), ranks.end(), 0) != ranks.end()) {
-    std::fprintf(stderr,
-                 "meshrt: no straggler report: rank 0 collects it in the world's exit barrier, "
-                 "which did not run or failed (release the world before the program exits)\n");
+    log().warn(
+        "no straggler report: rank 0 collects it in the world's exit barrier, which did not run "
+        "or failed (release the world before the program exits)");
   }
 }
 
@@ -427,21 +408,6 @@ StragglerSink& StragglerSink::instance() {
   return *sink;
 }
 
-void StragglerSink::install_from_env() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    const char* path = std::getenv("MESHRT_STRAGGLER_REPORT");
-    if (path == nullptr || *path == '\0') return;
-    StragglerOptions o;
-    o.enabled = true;
-    o.report_path = path;
-    o.top_k = env_count("MESHRT_STRAGGLER_TOPK", o.top_k);
-    o.ops_per_rank = env_count("MESHRT_STRAGGLER_BUFFER_SIZE", o.ops_per_rank);
-    o.print_table = env_flag("MESHRT_COMMS_LOG");
-    instance().configure(std::move(o));
-  });
-}
-
 void StragglerSink::configure(StragglerOptions options) {
   const bool enable = options.enabled;
   const bool wants_exit_writer = !options.report_path.empty();
@@ -455,12 +421,8 @@ void StragglerSink::configure(StragglerOptions options) {
     options_ = std::move(options);
   }
   enabled_.store(enable);
-  // Registered only while enabled, so a disabled sink costs the hot path nothing.
-  static std::shared_ptr<Sink> self(&instance(), [](Sink*) {});
-  if (enable && !was_enabled) add_sink(self);
-  if (!enable && was_enabled) remove_sink(self.get());
-  static std::once_flag exit_writer;
-  if (wants_exit_writer) std::call_once(exit_writer, [] { std::atexit(write_at_exit); });
+  keep_registered_while_enabled(instance(), was_enabled, enable);
+  if (wants_exit_writer) run_at_exit_once(write_at_exit);
 }
 
 StragglerOptions StragglerSink::options() const {
@@ -562,10 +524,7 @@ StragglerReport StragglerSink::local_report() const {
 void StragglerSink::write_report(const StragglerReport& report) {
   report_written_ = true;
   const StragglerOptions o = options();
-  if (!o.report_path.empty() && !write_file_atomically(o.report_path, report.json())) {
-    std::fprintf(stderr, "meshrt: could not write the straggler report to %s\n",
-                 o.report_path.c_str());
-  }
+  if (!o.report_path.empty()) write_output_file(o.report_path, report.json(), "straggler report");
   if (o.print_table) {
     const std::string table = report.text();
     std::fwrite(table.data(), 1, table.size(), stderr);

@@ -168,12 +168,8 @@ struct StragglerOptions {
 // sink's mutex once).
 class StragglerSink : public Sink {
  public:
-  // The process's sink, configured by install_from_env().
+  // The process's sink, configured by install_sinks_from_env().
   static StragglerSink& instance();
-  // Enables instance() when MESHRT_STRAGGLER_REPORT names a path, with MESHRT_STRAGGLER_TOPK,
-  // MESHRT_STRAGGLER_BUFFER_SIZE and MESHRT_COMMS_LOG (print the table); called when a
-  // communicator is created.
-  static void install_from_env();
 
   ~StragglerSink() override;
 

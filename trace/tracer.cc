@@ -8,7 +8,10 @@
 #include <chrono>
 #include <cstdio>
 #include <mutex>
+#include <set>
 #include <vector>
+
+#include "trace/logging.h"
 
 namespace meshrt::trace {
 namespace {
@@ -45,7 +48,7 @@ void deliver(F&& f) noexcept {
     } catch (...) {
       // A sink bug must never fail or hang a collective: count it, say it once.
       if (r.failures.fetch_add(1) == 0) {
-        std::fprintf(stderr, "meshrt: a trace sink threw; further sink errors are only counted\n");
+        log().error("a trace sink threw; further sink errors are only counted");
       }
     }
   }
@@ -80,7 +83,7 @@ void add_sink(std::shared_ptr<Sink> sink) {
   size_t slot = 0;
   while (slot < used && r.slots[slot].load(std::memory_order_relaxed) != nullptr) ++slot;
   if (slot == kMaxSinks) {
-    std::fprintf(stderr, "meshrt: more than %zu trace sinks; this one is ignored\n", kMaxSinks);
+    log().error("more than {} trace sinks; this one is ignored", kMaxSinks);
     return;
   }
   r.slots[slot].store(sink.get(), std::memory_order_release);
@@ -95,6 +98,18 @@ void remove_sink(const Sink* sink) {
     if (slot.load(std::memory_order_relaxed) == sink)
       slot.store(nullptr, std::memory_order_release);
   }
+}
+
+void keep_registered_while_enabled(Sink& sink, bool was_enabled, bool enabled) {
+  if (enabled && !was_enabled) add_sink(std::shared_ptr<Sink>(&sink, [](Sink*) {}));
+  if (!enabled && was_enabled) remove_sink(&sink);
+}
+
+void run_at_exit_once(void (*write)()) {
+  static std::mutex mu;
+  static std::set<void (*)()> registered;
+  std::lock_guard lock(mu);
+  if (registered.insert(write).second) std::atexit(write);
 }
 
 uint64_t next_record_id() {

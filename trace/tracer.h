@@ -25,6 +25,12 @@ class Sink {
 void add_sink(std::shared_ptr<Sink> sink);
 // Unregisters `sink`; events already being delivered may still reach it. Delivery takes no lock.
 void remove_sink(const Sink* sink);
+// For the process-lifetime sinks (comm logger, exports, stragglers): registers `sink` when it
+// turns enabled and unregisters it when it turns disabled, so a disabled sink costs ops nothing.
+void keep_registered_while_enabled(Sink& sink, bool was_enabled, bool enabled);
+// Runs `write` at process exit, once however often it is asked (the sinks' files "written at
+// exit").
+void run_at_exit_once(void (*write)());
 
 // A new process-wide record id (first = 1), for OpRecord::record_id.
 uint64_t next_record_id();

@@ -15,6 +15,7 @@
 
 #include "runtime/error.h"
 #include "runtime/store/store_protocol.h"
+#include "runtime/timeout.h"
 
 namespace meshrt {
 namespace {
@@ -31,18 +32,12 @@ using Clock = std::chrono::steady_clock;
 // How long past a blocking call's own timeout the client waits for the server's reply: the
 // server answers at the timeout itself, so this only catches a hung or unreachable server.
 constexpr milliseconds kReplyMargin{2000};
-// Longer timeouts are clamped here; it keeps deadline arithmetic far from overflow.
-constexpr milliseconds kMaxTimeout{int64_t{365} * 24 * 3600 * 1000};
 // Connect retry backoff: starts fast for the common "server is a moment late" case.
 constexpr milliseconds kFirstRetryDelay{10};
 constexpr milliseconds kReconnectTimeout{2000};
 constexpr milliseconds kMaxRetryDelay{500};
 // Receive buffers that grew past this for one big reply are released afterwards.
 constexpr size_t kKeepBufferBytes = size_t{1} << 20;
-
-milliseconds clamp_timeout(milliseconds timeout) {
-  return std::clamp(timeout, milliseconds{0}, kMaxTimeout);
-}
 
 std::string format_host_port(const std::string& host, uint16_t port) {
   if (host.find(':') != std::string::npos) return fmt::format("[{}]:{}", host, port);
@@ -133,7 +128,7 @@ class TcpStore::Impl {
     const milliseconds budget = connected_once_
                                     ? std::min(options_.connect_timeout, kReconnectTimeout)
                                     : options_.connect_timeout;
-    const Clock::time_point deadline = Clock::now() + clamp_timeout(budget);
+    const Clock::time_point deadline = Clock::now() + capped_timeout(budget);
     milliseconds retry_delay = kFirstRetryDelay;
     error_code last_ec;
     tcp::resolver resolver(io_);
@@ -182,7 +177,7 @@ class TcpStore::Impl {
   proto::FrameReader exchange(Command command, std::span<const std::string> keys,
                               milliseconds wait) {
     if (!socket_.is_open()) connect();
-    const Clock::time_point deadline = Clock::now() + clamp_timeout(wait) + kReplyMargin;
+    const Clock::time_point deadline = Clock::now() + capped_timeout(wait) + kReplyMargin;
     error_code ec = run_until(
         [&](auto&& handler) { asio::async_write(socket_, asio::buffer(out_), handler); }, deadline);
     if (!ec) {
@@ -198,7 +193,7 @@ class TcpStore::Impl {
     if (ec == asio::error::timed_out) {
       throw Error(ErrorCode::kTimeout, context_for(command),
                   fmt::format("no reply from store {} within {} ms to {}{}; connection dropped",
-                              address_, (clamp_timeout(wait) + kReplyMargin).count(),
+                              address_, (capped_timeout(wait) + kReplyMargin).count(),
                               proto::command_name(command), of_keys(keys)));
     }
     if (ec) {
@@ -263,7 +258,7 @@ Bytes TcpStore::get(const std::string& key, std::chrono::milliseconds timeout) {
   return impl_->call(
       Command::kGet, one(key), timeout,
       [&](proto::FrameWriter& w) {
-        w.i64(clamp_timeout(timeout).count());
+        w.i64(capped_timeout(timeout).count());
         w.bytes(key);
       },
       [](proto::FrameReader& r) { return to_bytes(r.bytes()); });
@@ -295,7 +290,7 @@ void TcpStore::wait(std::span<const std::string> keys, std::chrono::milliseconds
   impl_->call(
       Command::kWait, keys, timeout,
       [&](proto::FrameWriter& w) {
-        w.i64(clamp_timeout(timeout).count());
+        w.i64(capped_timeout(timeout).count());
         write_keys(w, keys, Command::kWait);
       },
       [](proto::FrameReader&) { return 0; });
@@ -326,7 +321,7 @@ std::vector<Bytes> TcpStore::multi_get(std::span<const std::string> keys,
   return impl_->call(
       Command::kMultiGet, keys, timeout,
       [&](proto::FrameWriter& w) {
-        w.i64(clamp_timeout(timeout).count());
+        w.i64(capped_timeout(timeout).count());
         write_keys(w, keys, Command::kMultiGet);
       },
       [&](proto::FrameReader& r) {

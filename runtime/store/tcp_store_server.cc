@@ -20,6 +20,7 @@
 
 #include "runtime/error.h"
 #include "runtime/store/store_protocol.h"
+#include "runtime/timeout.h"
 
 namespace meshrt {
 namespace {
@@ -36,8 +37,6 @@ constexpr size_t kDrainChunkBytes = size_t{64} << 10;
 // Per-connection buffers that grew past this for one big request are released afterwards, so an
 // idle connection does not pin a 64 MiB buffer.
 constexpr size_t kKeepBufferBytes = size_t{1} << 20;
-// Longer waits are clamped here; it keeps deadline arithmetic far from overflow.
-constexpr int64_t kMaxWaitMs = int64_t{365} * 24 * 3600 * 1000;
 // Pause before accepting again after an accept error such as EMFILE, so it cannot spin.
 constexpr auto kAcceptRetryDelay = std::chrono::milliseconds(50);
 
@@ -506,7 +505,7 @@ void TcpStoreServer::Impl::park(const SessionPtr& s, Command command, std::vecto
   s->parked = true;
   s->wait_command = command;
   s->wait_keys = std::move(keys);
-  s->wait_ms = std::clamp<int64_t>(timeout_ms, 0, kMaxWaitMs);
+  s->wait_ms = capped_timeout(std::chrono::milliseconds(timeout_ms)).count();
   const uint64_t generation = ++s->wait_generation;
   if (try_complete(s)) return;
   if (s->wait_ms == 0) return on_wait_timeout(s);
