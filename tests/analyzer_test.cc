@@ -1,7 +1,8 @@
 // meshtrace analyze: every finding category, blame by majority whatever the load order, waits
-// followed across groups, p2p channels, coalesced groups, wrapped rings, missing and corrupt
-// files, version checks, PyTorch FR pickles written by Python's own pickler, and the CLI's exit
-// statuses and JSON. Dumps come from a simulated job (tests/fr_fixtures.h).
+// followed across groups, where ranks diverged (with call sites), p2p channels, coalesced groups,
+// wrapped rings, missing and corrupt files, version checks, PyTorch FR pickles written by Python's
+// own pickler, and the CLI's exit statuses and JSON. Dumps come from a simulated job
+// (trace/analyze/dump_fixtures.h).
 #include "trace/analyze/analyzer.h"
 
 #include <fmt/format.h>
@@ -17,6 +18,7 @@
 
 #include "tests/process_harness.h"
 #include "trace/analyze/dump_fixtures.h"
+#include "trace/analyze/format.h"
 #include "trace/analyze/json_cursor.h"
 #include "trace/analyze/pickle_reader.h"
 
@@ -201,6 +203,24 @@ TEST_F(AnalyzerTest, FollowsWaitsAcrossGroupsToTheRoot) {
       << tp.detail;
   EXPECT_NE(tp.detail.find("which rank 2 did not join"), std::string::npos) << tp.detail;
 
+  // Where dp parted: rank 6 ran the all_gather, rank 2 stopped after its reduce_scatter. Only
+  // root causes say where ranks parted.
+  ASSERT_TRUE(root.divergence.has_value());
+  ASSERT_EQ(root.divergence->sides.size(), 2u);
+  const trace::DivergenceSide& issuer = root.divergence->sides[0];
+  EXPECT_EQ(issuer.ranks, std::vector<int>{6});
+  ASSERT_TRUE(issuer.first_unmatched.has_value());
+  EXPECT_EQ(issuer.first_unmatched->op, "all_gather");
+  EXPECT_EQ(issuer.first_unmatched->seq, 4);
+  const trace::DivergenceSide& idle = root.divergence->sides[1];
+  EXPECT_EQ(idle.ranks, std::vector<int>{2});
+  EXPECT_FALSE(idle.first_unmatched.has_value());
+  ASSERT_TRUE(idle.last_matched.has_value());
+  EXPECT_EQ(idle.last_matched->op, "reduce_scatter");
+  EXPECT_EQ(idle.last_matched->seq, 3);
+  EXPECT_TRUE(idle.moved_on);
+  EXPECT_FALSE(tp.divergence.has_value());
+
   const std::string text = trace::format_text(report);
   EXPECT_LT(text.find("Root causes"), text.find("mesh dim dp, group mesh0/dp [2, 6]"));
   EXPECT_LT(text.find("mesh dim dp, group mesh0/dp [2, 6]"), text.find("Consequences"));
@@ -252,6 +272,156 @@ TEST_F(AnalyzerTest, BlamesAMinorityThatIssuedAnExtraCollective) {
   EXPECT_NE(f.detail.find("their last op in this group, all_reduce #4, completed"),
             std::string::npos)
       << f.detail;
+}
+
+// A program like examples/hang.cc (whose real run tests/hang_test.cc checks): every rank runs two
+// all_reduces at line 12 and two at line 20, and rank 0 one more at line 15 in between, so its #5
+// finds no partner. The verdict says where the ranks parted, and that their call sites first
+// differ at #3: the extra call.
+TEST_F(AnalyzerTest, DivergenceNamesTheCallSitesOfAnExtraCollective) {
+  const std::string file = "/src/job/step.cc";
+  FrJob job = world_job(4);
+  for (int r = 0; r < 4; ++r) {
+    for (int i = 0; i < 2; ++i) job.call(r, "world", "all_reduce", 12).caller = file + ":12";
+    if (r == 0) job.call(r, "world", "all_reduce", 12).caller = file + ":15";
+    for (int i = 0; i < 2; ++i) {
+      const bool hung = r == 0 && i == 1;
+      job.call(r, "world", "all_reduce", 12, hung ? "started" : "completed").caller = file + ":20";
+    }
+  }
+  job.write(dir_);
+  const Report report = analyze();
+  ASSERT_EQ(report.findings.size(), 1u) << describe(report);
+  const Finding& f = report.findings[0];
+  ASSERT_TRUE(f.divergence.has_value()) << describe(report);
+  const trace::Divergence& d = *f.divergence;
+  ASSERT_EQ(d.sides.size(), 2u);
+  EXPECT_EQ(d.sides[0].ranks, std::vector<int>{0});
+  EXPECT_EQ(d.sides[0].first_unmatched,
+            (trace::OpCall{.op = "all_reduce", .seq = 5, .peer = -1, .at = {file, 20}}));
+  EXPECT_EQ(d.sides[0].last_matched,
+            (trace::OpCall{.op = "all_reduce", .seq = 4, .peer = -1, .at = {file, 20}}));
+  EXPECT_FALSE(d.sides[0].moved_on);
+  EXPECT_EQ(d.sides[1].ranks, (std::vector<int>{1, 2, 3}));
+  EXPECT_FALSE(d.sides[1].first_unmatched.has_value());
+  EXPECT_EQ(d.sides[1].last_matched,
+            (trace::OpCall{.op = "all_reduce", .seq = 4, .peer = -1, .at = {file, 20}}));
+  EXPECT_TRUE(d.sides[1].moved_on);
+  ASSERT_TRUE(d.call_sites_differ.has_value());
+  EXPECT_EQ(d.call_sites_differ->op, "all_reduce");
+  EXPECT_EQ(d.call_sites_differ->seq, 3);
+  ASSERT_EQ(d.call_sites_differ->sites.size(), 2u);
+  EXPECT_EQ(d.call_sites_differ->sites[0].ranks, std::vector<int>{0});
+  EXPECT_EQ(d.call_sites_differ->sites[0].at, (trace::CallSite{file, 15}));
+  EXPECT_EQ(d.call_sites_differ->sites[1].ranks, (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(d.call_sites_differ->sites[1].at, (trace::CallSite{file, 20}));
+
+  // Text: basenames, on a line of its own after the finding (the demo greps the finding's).
+  const std::string text = trace::format_text(report);
+  EXPECT_NE(text.find("rank 0 issued all_reduce #5 that ranks [1, 2, 3] never called"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("\n      diverged: rank 0 ran all_reduce #5 at step.cc:20; ranks [1, 2, 3] "
+                      "ran their last all_reduce (#4) at step.cc:20 and moved on; call sites "
+                      "first differ at all_reduce #3: rank 0 at step.cc:15, ranks [1, 2, 3] at "
+                      "step.cc:20\n"),
+            std::string::npos)
+      << text;
+
+  // JSON: full paths, next to the keys that were there before.
+  const CliResult r = cli("analyze " + dir_.string() + " --json");
+  ASSERT_EQ(r.exit_code, 1) << r.err;
+  const auto j = nlohmann::json::parse(r.out)["findings"][0];
+  EXPECT_EQ(j["detail"], f.detail);
+  const auto& side = j["divergence"]["sides"][0];
+  EXPECT_EQ(side["ranks"], nlohmann::json::array({0}));
+  EXPECT_EQ(side["first_unmatched"]["file"], file);
+  EXPECT_EQ(side["first_unmatched"]["line"], 20);
+  EXPECT_EQ(side["first_unmatched"]["seq"], 5);
+  EXPECT_TRUE(side["first_unmatched"]["peer"].is_null());
+  EXPECT_EQ(j["divergence"]["sides"][1]["last_matched"]["seq"], 4);
+  EXPECT_EQ(j["divergence"]["sides"][1]["moved_on"], true);
+  const auto& split = j["divergence"]["call_sites_differ"];
+  EXPECT_EQ(split["seq"], 3);
+  EXPECT_EQ(split["sites"][0]["file"], file);
+  EXPECT_EQ(split["sites"][0]["line"], 15);
+  EXPECT_EQ(split["sites"][1]["ranks"], nlohmann::json::array({1, 2, 3}));
+}
+
+// A type mismatch: the culprit's first unmatched op and the last op the sides matched, each
+// with its call site; where the sides called the matched op from different places, both.
+TEST_F(AnalyzerTest, DivergenceOfAMismatchGivesEachSidesCallSites) {
+  for (const bool same_before : {true, false}) {
+    FrJob job = world_job(4);
+    for (int r = 0; r < 4; ++r) {
+      job.call(r, "world", "all_reduce", 8).caller =
+          same_before || r != 3 ? "model.cc:30" : "src/other.cc:5";
+      job.call(r, "world", r == 3 ? "all_gather" : "all_reduce", 8).caller =
+          r == 3 ? "/abs/model.cc:40" : "model.cc:38";
+    }
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    job.write(dir_);
+    const Report report = analyze();
+    ASSERT_EQ(report.findings.size(), 1u) << describe(report);
+    ASSERT_TRUE(report.findings[0].divergence.has_value());
+    const trace::Divergence& d = *report.findings[0].divergence;
+    ASSERT_EQ(d.sides.size(), 2u);
+    EXPECT_EQ(d.sides[0].ranks, std::vector<int>{3});
+    EXPECT_EQ(
+        d.sides[0].first_unmatched,
+        (trace::OpCall{.op = "all_gather", .seq = 2, .peer = -1, .at = {"/abs/model.cc", 40}}));
+    EXPECT_EQ(d.sides[1].ranks, (std::vector<int>{0, 1, 2}));
+    EXPECT_EQ(d.sides[1].first_unmatched->at, (trace::CallSite{"model.cc", 38}));
+    EXPECT_EQ(d.sides[1].last_matched->at, (trace::CallSite{"model.cc", 30}));
+    const std::string text = trace::format_text(report);
+    const std::string start =
+        "diverged: rank 3 ran all_gather #2 at model.cc:40; ranks [0, 1, 2] ran all_reduce #2 at "
+        "model.cc:38; the last op they matched: all_reduce #1 ";
+    if (same_before) {
+      EXPECT_FALSE(d.call_sites_differ.has_value());
+      EXPECT_NE(text.find(start + "at model.cc:30\n"), std::string::npos) << text;
+    } else {
+      ASSERT_TRUE(d.call_sites_differ.has_value());
+      EXPECT_EQ(d.call_sites_differ->seq, 1);
+      EXPECT_NE(text.find(start + "(rank 3 at other.cc:5, ranks [0, 1, 2] at model.cc:30); call "
+                                  "sites first differ at all_reduce #1: rank 3 at other.cc:5, "
+                                  "ranks [0, 1, 2] at model.cc:30\n"),
+                std::string::npos)
+          << text;
+    }
+  }
+}
+
+// A send nobody received: each end's last op on the channel. Send and recv sit at different
+// lines by nature, so p2p findings compare no call sites. Records without callers say no place.
+TEST_F(AnalyzerTest, DivergenceOnAP2pChannelAndWithoutCallers) {
+  FrJob job = world_job(2);
+  job.add_group({"pp", "pp", {0, 1}, "pp"});
+  for (int i = 0; i < 2; ++i) {
+    job.send(0, "pp", 1, 8).caller = "pp.cc:12";
+    job.recv(1, "pp", 0, 8).caller = "pp.cc:20";
+  }
+  job.send(0, "pp", 1, 8, "started").caller = "pp.cc:12";
+  job.call(0, "world", "all_reduce", 4).caller = "";
+  job.call(1, "world", "all_reduce", 4).caller = "";
+  job.call(0, "world", "all_reduce", 4, "started").caller = "";
+  job.write(dir_);
+  const Report report = analyze();
+  ASSERT_EQ(report.findings.size(), 2u) << describe(report);
+  const std::string text = trace::format_text(report);
+  EXPECT_NE(text.find("diverged: rank 0 ran send #3 to rank 1 at pp.cc:12; rank 1 ran its last "
+                      "recv from rank 0 (#2) at pp.cc:20 and moved on\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("diverged: rank 0 ran all_reduce #2; rank 1 ran its last all_reduce (#1) "
+                      "and moved on\n"),
+            std::string::npos)
+      << text;
+  for (const Finding& f : report.findings) {
+    ASSERT_TRUE(f.divergence.has_value()) << describe(report);
+    EXPECT_FALSE(f.divergence->call_sites_differ.has_value()) << describe(report);
+  }
 }
 
 // 7 of 8 ranks agree: the odd one is the culprit, whichever rank it is (rank 0 included: the

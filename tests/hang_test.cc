@@ -1,7 +1,7 @@
 // End to end with real processes: examples/hang on 4 Gloo ranks. Rank 0's extra all_reduce times
 // out; its watchdog dumps and signals, every other rank dumps, rank 0 exits with the watchdog's
-// status and `meshtrace analyze` names what happened. Also: a dump on request through the FIFO
-// while the job runs, and the throw policy.
+// status and `meshtrace analyze` names what happened and where the ranks parted. Also: a dump on
+// request through the FIFO while the job runs, and the throw policy.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -9,8 +9,11 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <iterator>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <thread>
+#include <utility>
 
 #include "runtime/watchdog.h"
 #include "tests/process_harness.h"
@@ -42,6 +45,19 @@ class HangTest : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string prefix() const { return (dir_ / "fr_").string(); }
+#ifdef MESHRT_MESHTRACE
+  // `meshtrace analyze` on the test's dumps with `flags`: its exit status (-1 when it did not
+  // exit) and its output.
+  std::pair<int, std::string> analyze_dumps(const std::string& flags) const {
+    const std::string out = (dir_ / "verdict.out").string();
+    const std::string cmd = std::string(MESHRT_MESHTRACE) + " analyze " + dir_.string() +
+                            " --prefix fr_ " + flags + " > " + out;
+    const int status = std::system(cmd.c_str());
+    std::ifstream in(out);
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+            std::string(std::istreambuf_iterator<char>(in), {})};
+  }
+#endif
   std::filesystem::path dir_;
 };
 
@@ -75,19 +91,37 @@ TEST_F(HangTest, EveryRankDumpsAndTheHungRankExitsWithTheWatchdogStatus) {
   }
 
 #ifdef MESHRT_MESHTRACE
-  const std::string out = (dir_ / "verdict.json").string();
-  const std::string cmd =
-      std::string(MESHRT_MESHTRACE) + " analyze " + dir_.string() + " --prefix fr_ --json > " + out;
-  const int status = std::system(cmd.c_str());
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 1);  // A problem was found.
-  const json verdict = read_json(out);
+  const auto [status, out] = analyze_dumps("--json");
+  EXPECT_EQ(status, 1);  // A problem was found.
+  const json verdict = json::parse(out);
   ASSERT_FALSE(verdict["findings"].empty()) << verdict.dump(1);
   const json& f = verdict["findings"][0];
   EXPECT_EQ(f["kind"], "not_joined") << f.dump(1);
   EXPECT_EQ(f["seq"], 5) << f.dump(1);
   EXPECT_EQ(f["op"], "all_reduce") << f.dump(1);
   EXPECT_EQ(f["missing_ranks"], json::array({1, 2, 3})) << f.dump(1);
+  // Where the ranks parted, with the call sites the records carry (full paths in JSON): the
+  // extra all_reduce is examples/hang.cc:32, the loop that rank 0 ran once more :37.
+  const json& split = f["divergence"]["call_sites_differ"];
+  ASSERT_TRUE(split.is_object()) << f.dump(1);
+  EXPECT_EQ(split["seq"], 3) << f.dump(1);
+  const std::string file = split["sites"][0]["file"];
+  EXPECT_TRUE(file.ends_with("examples/hang.cc")) << file;
+  EXPECT_EQ(split["sites"][0]["line"], 32) << f.dump(1);
+  EXPECT_EQ(split["sites"][1]["line"], 37) << f.dump(1);
+
+  // The verdict for people: the finding, then the divergence on a line of its own (basenames).
+  const auto [text_status, text] = analyze_dumps("");
+  EXPECT_EQ(text_status, 1);
+  EXPECT_NE(text.find("rank 0 issued all_reduce #5 that ranks [1, 2, 3] never called"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("\n      diverged: rank 0 ran all_reduce #5 at hang.cc:37; ranks [1, 2, 3] "
+                      "ran their last all_reduce (#4) at hang.cc:37 and moved on; call sites "
+                      "first differ at all_reduce #3: rank 0 at hang.cc:32, ranks [1, 2, 3] at "
+                      "hang.cc:37\n"),
+            std::string::npos)
+      << text;
 #endif
 }
 

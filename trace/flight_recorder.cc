@@ -14,6 +14,7 @@
 #include "meshrt_config.h"
 #include "trace/atomic_file.h"
 #include "trace/dump.h"
+#include "trace/dump_format.h"
 #include "trace/env.h"
 #include "trace/logging.h"
 #include "trace/pickle_writer.h"
@@ -23,9 +24,7 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-// The meshrt extension of PyTorch's schema; bumped on any change to the dump's keys.
-constexpr int kMeshrtDumpVersion = 1;
-constexpr const char* kSchemaVersion = "2.10";
+namespace fr = dump_format;
 
 // PyTorch ScalarType names, which its analyzer compares.
 std::string_view torch_dtype(std::string_view dtype) {
@@ -269,36 +268,36 @@ Json entry_json(const OpRecord& r, std::string_view type, std::string_view meta,
   auto dtypes = [&](const Dims* d) { return d ? Json::array({dtype}) : Json::array(); };
 
   Json e;
-  e["record_id"] = r.record_id;
-  e["pg_id"] = c.uid;
-  e["process_group"] = Json::array({c.name, c.description});
-  e["thread_id"] = std::to_string(r.thread_id);
-  e["thread_name"] = "";
-  e["collective_seq_id"] = r.collective_seq;
-  e["p2p_seq_id"] = r.p2p_seq;
-  e["op_id"] = r.op_seq;
-  e["profiling_name"] = meta.empty() ? fmt::format("{}:{}", c.backend, type)
-                                     : fmt::format("{}:{} {}", c.backend, type, meta);
-  e["time_created_ns"] = r.created_wall_ns;
-  if (ended) e["duration_ms"] = static_cast<double>(r.end_ns - r.start_ns) / 1e6;
-  e["input_sizes"] = sizes(in);
-  e["output_sizes"] = sizes(out);
-  e["input_dtypes"] = dtypes(in);
-  e["output_dtypes"] = dtypes(out);
-  e["state"] = ended && r.state == OpState::kCompleted ? "completed"
-               : started                               ? "started"
-                                                       : "scheduled";
-  e["time_discovered_started_ns"] = started ? wall(r.start_ns) : 0;
-  e["time_discovered_completed_ns"] = ended && r.state == OpState::kCompleted ? wall(r.end_ns) : 0;
-  e["retired"] = ended;
-  e["timeout_ms"] = r.timeout_ms;
-  e["is_p2p"] = r.is_p2p;
-  e["mesh_dim"] = c.mesh_dim.empty() ? Json(nullptr) : Json(c.mesh_dim);
-  e["group_ranks"] = c.global_ranks;
-  e["group_rank"] = c.rank;
-  e["scope"] = r.scope && r.scope->depth > 0
-                   ? fmt::format("{} / {}", r.scope->path, phase_name(r.scope->phase))
-                   : std::string();
+  e[fr::kRecordId] = r.record_id;
+  e[fr::kPgId] = c.uid;
+  e[fr::kProcessGroup] = Json::array({c.name, c.description});
+  e[fr::kThreadId] = std::to_string(r.thread_id);
+  e[fr::kThreadName] = "";
+  e[fr::kCollectiveSeqId] = r.collective_seq;
+  e[fr::kP2pSeqId] = r.p2p_seq;
+  e[fr::kOpId] = r.op_seq;
+  e[fr::kProfilingName] = meta.empty() ? fmt::format("{}:{}", c.backend, type)
+                                       : fmt::format("{}:{} {}", c.backend, type, meta);
+  e[fr::kTimeCreatedNs] = r.created_wall_ns;
+  if (ended) e[fr::kDurationMs] = static_cast<double>(r.end_ns - r.start_ns) / 1e6;
+  e[fr::kInputSizes] = sizes(in);
+  e[fr::kOutputSizes] = sizes(out);
+  e[fr::kInputDtypes] = dtypes(in);
+  e[fr::kOutputDtypes] = dtypes(out);
+  e[fr::kState] = ended && r.state == OpState::kCompleted ? "completed"
+                  : started                               ? "started"
+                                                          : "scheduled";
+  e[fr::kTimeDiscoveredStartedNs] = started ? wall(r.start_ns) : 0;
+  e[fr::kTimeDiscoveredCompletedNs] = ended && r.state == OpState::kCompleted ? wall(r.end_ns) : 0;
+  e[fr::kRetired] = ended;
+  e[fr::kTimeoutMs] = r.timeout_ms;
+  e[fr::kIsP2p] = r.is_p2p;
+  e[fr::kMeshDim] = c.mesh_dim.empty() ? Json(nullptr) : Json(c.mesh_dim);
+  e[fr::kGroupRanks] = c.global_ranks;
+  e[fr::kGroupRank] = c.rank;
+  e[fr::kScope] = r.scope && r.scope->depth > 0
+                      ? fmt::format("{} / {}", r.scope->path, phase_name(r.scope->phase))
+                      : std::string();
   return e;
 }
 
@@ -306,8 +305,8 @@ Json stats_json(const TensorStats& s) {
   if (!s.valid) return nullptr;
   // JSON has no NaN: an all-NaN buffer's min, max and mean are null.
   auto num = [](double v) { return std::isnan(v) ? Json(nullptr) : Json(v); };
-  return {{"count", s.count},    {"min", num(s.min)},  {"max", num(s.max)},
-          {"mean", num(s.mean)}, {"nan", s.nan_count}, {"inf", s.inf_count}};
+  return {{fr::kCount, s.count},    {fr::kMin, num(s.min)},  {fr::kMax, num(s.max)},
+          {fr::kMean, num(s.mean)}, {fr::kNan, s.nan_count}, {fr::kInf, s.inf_count}};
 }
 
 void add_entries(Json& entries, const OpRecord& r) {
@@ -315,17 +314,17 @@ void add_entries(Json& entries, const OpRecord& r) {
   const bool rooted =
       r.op == "broadcast" || r.op == "reduce" || r.op == "gather" || r.op == "scatter";
   auto finish = [&](Json e, int peer, uint64_t channel_seq) {
-    e["peer"] = global_of(c, peer);
-    e["root"] = rooted ? global_of(c, r.root_or_peer) : -1;
-    e["p2p_channel_seq"] = channel_seq;
-    e["reduce_op"] = r.reduce_op;
-    e["error"] = r.error;
-    e["caller"] = *r.caller_file ? fmt::format("{}:{}", r.caller_file, r.caller_line) : "";
+    e[fr::kPeer] = global_of(c, peer);
+    e[fr::kRoot] = rooted ? global_of(c, r.root_or_peer) : -1;
+    e[fr::kP2pChannelSeq] = channel_seq;
+    e[fr::kReduceOp] = r.reduce_op;
+    e[fr::kError] = r.error;
+    e[fr::kCaller] = *r.caller_file ? fmt::format("{}:{}", r.caller_file, r.caller_line) : "";
     if (r.debug) {
-      e["input_stats"] = stats_json(r.debug->input);
+      e[fr::kInputStats] = stats_json(r.debug->input);
       // The worker writes the output statistics before the op completes, and the slot sees the
       // completion under its lock: read them only then.
-      e["output_stats"] = r.state == OpState::kCompleted ? stats_json(r.debug->output) : nullptr;
+      e[fr::kOutputStats] = r.state == OpState::kCompleted ? stats_json(r.debug->output) : nullptr;
     }
     entries.push_back(std::move(e));
   };
@@ -395,73 +394,74 @@ std::string FlightRecorder::render(int rank, DumpFormat format, DumpReason reaso
   }
 
   Json doc;
-  doc["version"] = kSchemaVersion;
-  doc["meshrt_dump_version"] = kMeshrtDumpVersion;
-  doc["producer"] = std::string("meshrt ") + MESHRT_VERSION;
-  doc["comm_lib_version"] = backend;
-  doc["rank"] = rank;
-  doc["world_size"] = world_size;
-  doc["host"] = host_name();
-  doc["pid"] = ::getpid();
-  doc["run_id"] = job.run_id;
-  doc["dump_reason"] = dump_reason_name(reason);
-  doc["trigger"] = trigger ? Json{{"rank", trigger->rank},
-                                  {"group", trigger->group},
-                                  {"seq", trigger->seq},
-                                  {"op", trigger->op},
-                                  {"detail", trigger->detail}}
-                           : Json(nullptr);
-  doc["clock"] = {{"wall_ns", wall_now_ns()}, {"steady_ns", steady_now_ns()}};
-  doc["buffer_size"] = capacity_;
-  doc["records_dropped"] = dropped();
+  doc[fr::kVersion] = fr::kSchemaVersion;
+  doc[fr::kMeshrtDumpVersionKey] = fr::kMeshrtDumpVersion;
+  doc[fr::kProducer] = std::string("meshrt ") + MESHRT_VERSION;
+  doc[fr::kCommLibVersion] = backend;
+  doc[fr::kRank] = rank;
+  doc[fr::kWorldSize] = world_size;
+  doc[fr::kHost] = host_name();
+  doc[fr::kPid] = ::getpid();
+  doc[fr::kRunId] = job.run_id;
+  doc[fr::kDumpReason] = dump_reason_name(reason);
+  doc[fr::kTrigger] = trigger ? Json{{fr::kRank, trigger->rank},
+                                     {fr::kGroup, trigger->group},
+                                     {fr::kSeq, trigger->seq},
+                                     {fr::kOp, trigger->op},
+                                     {fr::kDetail, trigger->detail}}
+                              : Json(nullptr);
+  doc[fr::kClock] = {{fr::kWallNs, wall_now_ns()}, {fr::kSteadyNs, steady_now_ns()}};
+  doc[fr::kBufferSize] = capacity_;
+  doc[fr::kRecordsDropped] = dropped();
   Json mesh_dims = Json::object();
   Json pg_config = Json::object();
   Json pg_status = Json::object();
   for (const auto& c : comms) {
-    pg_config[c->name] = {{"name", c->name},
-                          {"pg_id", c->uid},
-                          {"desc", c->description},
-                          {"ranks", ranks_text(c->global_ranks)},
-                          {"store_key", c->store_key},
-                          {"mesh_dim", c->mesh_dim.empty() ? Json(nullptr) : Json(c->mesh_dim)}};
+    pg_config[c->name] = {{fr::kName, c->name},
+                          {fr::kPgId, c->uid},
+                          {fr::kDesc, c->description},
+                          {fr::kRanks, ranks_text(c->global_ranks)},
+                          {fr::kStoreKey, c->store_key},
+                          {fr::kMeshDim, c->mesh_dim.empty() ? Json(nullptr) : Json(c->mesh_dim)}};
     pg_status[std::to_string(c->uid)] = {
-        {"last_enqueued_collective", std::to_string(c->progress->last_enqueued_collective.load())},
-        {"last_started_collective", std::to_string(c->progress->last_started_collective.load())},
-        {"last_completed_collective",
+        {fr::kLastEnqueuedCollective, std::to_string(c->progress->last_enqueued_collective.load())},
+        {fr::kLastStartedCollective, std::to_string(c->progress->last_started_collective.load())},
+        {fr::kLastCompletedCollective,
          std::to_string(c->progress->last_completed_collective.load())}};
     if (!c->mesh_dim.empty()) {
-      mesh_dims[c->mesh_dim] = {{"group", c->name}, {"group_ranks", c->global_ranks}};
+      mesh_dims[c->mesh_dim] = {{fr::kGroup, c->name}, {fr::kGroupRanks, c->global_ranks}};
     }
   }
-  doc["mesh_dims"] = std::move(mesh_dims);
-  doc["pg_config"] = std::move(pg_config);
-  doc["pg_status"] = std::move(pg_status);
+  doc[fr::kMeshDims] = std::move(mesh_dims);
+  doc[fr::kPgConfig] = std::move(pg_config);
+  doc[fr::kPgStatus] = std::move(pg_status);
   Json entries = Json::array();
   for (const auto& r : recs) add_entries(entries, r);
 
   // Names, scopes, paths and error texts come from users and libraries: invalid UTF-8 in any of
   // them must not cost the dump, so it is replaced rather than thrown on.
   if (format == DumpFormat::kJson) {
-    if (!entries.empty()) doc["entries"] = std::move(entries);
+    if (!entries.empty()) doc[fr::kEntries] = std::move(entries);
     return doc.dump(1, ' ', false, Json::error_handler_t::replace);
   }
   // PyTorch's pickle: unknown discovery times are None, entries are always present, and the
   // optional `frames` (which its JSON never has) hold the one frame meshrt knows: the caller.
   for (auto& e : entries) {
-    for (const char* k : {"time_discovered_started_ns", "time_discovered_completed_ns"}) {
+    for (const std::string_view k :
+         {fr::kTimeDiscoveredStartedNs, fr::kTimeDiscoveredCompletedNs}) {
       if (e[k] == 0) e[k] = nullptr;
     }
     Json frames = Json::array();
-    if (const std::string caller = e["caller"]; !caller.empty()) {
+    if (const std::string caller = e[fr::kCaller]; !caller.empty()) {
       const auto colon = caller.rfind(':');
-      frames.push_back({{"name", e["profiling_name"]},
-                        {"filename", caller.substr(0, colon)},
-                        {"line", std::atoi(caller.c_str() + colon + 1)}});
+      frames.push_back({{fr::kName, e[fr::kProfilingName]},
+                        {fr::kFilename, caller.substr(0, colon)},
+                        {fr::kLine, std::atoi(caller.c_str() + colon + 1)}});
     }
-    e["frames"] = std::move(frames);
+    e[fr::kFrames] = std::move(frames);
   }
-  doc["entries"] = std::move(entries);
-  return to_pickle(doc, {"process_group"});
+  doc[fr::kEntries] = std::move(entries);
+  return to_pickle(doc, {std::string(fr::kProcessGroup)});
 }
 
 std::vector<std::string> FlightRecorder::dump(DumpReason reason,

@@ -1,6 +1,7 @@
 // The offline flight-recorder analyzer behind `meshtrace analyze`: it matches every rank's
-// records per (group, sequence number) and per p2p channel, blames by majority rather than by
-// load order, and follows waits across groups to the op that started a hang.
+// records per (group, sequence number) and per p2p channel (match.h), blames by majority rather
+// than by load order and follows waits across groups to the op that started a hang (explain.h),
+// and says where the ranks' programs parted. format.h prints the report.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +15,7 @@
 
 namespace meshrt::trace {
 
+// What a finding says went wrong.
 enum class FindingKind {
   kNotJoined,      // Members never issued an op that others did.
   kTypeMismatch,   // Ranks issued different ops at the same sequence number.
@@ -27,6 +29,55 @@ enum class FindingKind {
 // "not_joined", "type_mismatch", ... as in the JSON output.
 std::string_view finding_kind_name(FindingKind kind);
 
+// Where a program called an op, as its record says.
+struct CallSite {
+  std::string file;  // As recorded (usually a path); empty when the record has no caller.
+  int64_t line = 0;
+  bool operator==(const CallSite&) const = default;
+};
+
+// One op that ranks called.
+struct OpCall {
+  std::string op;   // "all_reduce", "send", ... as the dump names it.
+  int64_t seq = 0;  // Collective sequence number in the group, or the p2p channel's sequence.
+  int peer = -1;    // p2p: the global rank at the other end; -1 for collectives.
+  CallSite at;
+  bool operator==(const OpCall&) const = default;
+};
+
+// Ranks of a finding that went the same way where the ranks parted.
+struct DivergenceSide {
+  std::vector<int> ranks;
+  // Their op at the finding's sequence number; nullopt when they never issued it.
+  std::optional<OpCall> first_unmatched;
+  // Their op before it, when the others matched it; for ranks that never issued the finding's
+  // op, their last op in the group (on the p2p channel). nullopt when none was recorded.
+  std::optional<OpCall> last_matched;
+  bool moved_on = false;  // They never issued the finding's op and have nothing pending at all.
+};
+
+// Ranks that called an op from one place.
+struct RanksAt {
+  std::vector<int> ranks;
+  CallSite at;
+};
+
+// An op at which the sides of a divergence called from different places.
+struct CallSiteSplit {
+  std::string op;
+  int64_t seq = 0;
+  std::vector<RanksAt> sites;  // The divergence's first side first.
+};
+
+// Where the ranks of a not_joined or mismatch finding parted, with call sites.
+struct Divergence {
+  std::vector<DivergenceSide> sides;  // The side that issued the op, or the odd one, first.
+  // The first op of the group before the finding's at which the two sides called from different
+  // places: where an extra or skipped call likely shifted the sequence numbers.
+  std::optional<CallSiteSplit> call_sites_differ;
+};
+
+// One problem the analyzer found, in the terms of the group and op concerned.
 struct Finding {
   FindingKind kind = FindingKind::kNotJoined;
   std::string group;                    // The group's name.
@@ -38,14 +89,17 @@ struct Finding {
   std::vector<int> missing_ranks;
   std::string detail;  // One or two sentences in mesh terms.
   bool root = true;    // False when the finding follows from another one (a consequence).
+  std::optional<Divergence> divergence;  // Root not_joined and type/size/dtype mismatches.
 };
 
+// The analysis of one job's dumps.
 struct Report {
   std::vector<int> ranks;           // Ranks whose dumps were read.
   int64_t collectives_checked = 0;  // (group, seq) collectives plus p2p channel ops examined.
   std::vector<Finding> findings;    // Root causes first, then consequences.
 };
 
+// How to find and judge the dumps.
 struct AnalyzeOptions {
   std::string prefix;                   // Dump file prefix; empty: inferred.
   bool allow_incomplete_ranks = false;  // Missing dumps become a finding instead of an error.
@@ -61,19 +115,5 @@ void check_versions(const std::vector<RankDump>& dumps);
 Report analyze(std::vector<RankDump> dumps, const AnalyzeOptions& options);
 // Finds, reads and analyzes the dumps under `dir`.
 Report analyze_directory(const std::filesystem::path& dir, const AnalyzeOptions& options);
-
-// The report for people, and as one line of JSON {"ranks", "collectives_checked", "findings"}.
-std::string format_text(const Report& report);
-std::string format_json(const Report& report);
-
-// What `-j` prints.
-struct EntriesTableOptions {
-  std::vector<int> ranks;               // Columns; empty: every rank.
-  std::vector<std::string> pg_filters;  // Only entries whose group name or desc is listed.
-};
-
-// The raw entries side by side, one column per rank, row i holding each rank's i-th entry.
-std::string format_entries_table(const std::vector<RankDump>& dumps,
-                                 const EntriesTableOptions& options);
 
 }  // namespace meshrt::trace

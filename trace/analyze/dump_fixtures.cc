@@ -98,12 +98,13 @@ std::string to_json(const FrDump& dump) {
     put(",\"state\":{},\"time_discovered_started_ns\":{},\"time_discovered_completed_ns\":{},"
         "\"retired\":{},\"timeout_ms\":600000,\"is_p2p\":{},\"mesh_dim\":{},\"group_ranks\":[{}],"
         "\"group_rank\":{},\"scope\":\"step / forward\",\"peer\":{},\"root\":{},"
-        "\"p2p_channel_seq\":{},\"reduce_op\":\"{}\",\"error\":\"\",\"caller\":\"train.cc:{}\"}}",
+        "\"p2p_channel_seq\":{},\"reduce_op\":\"{}\",\"error\":\"\",\"caller\":{}}}",
         json_string(e.state), e.state == "scheduled" ? 0 : e.time_created_ns + 500,
         done ? e.time_created_ns + 900 : 0, done, e.is_p2p,
         group->mesh_dim ? json_string(*group->mesh_dim) : "null", fmt::join(group->ranks, ","),
         group_rank, e.peer, e.root, e.channel_seq,
-        e.type == "all_reduce" || e.type == "reduce_scatter" ? "sum" : "", 100 + i % 7);
+        e.type == "all_reduce" || e.type == "reduce_scatter" ? "sum" : "",
+        json_string(e.caller.value_or(fmt::format("train.cc:{}", 100 + i % 7))));
   }
   put("{}}}\n", dump.entries.empty() ? "" : "]");
   return fmt::to_string(out);

@@ -39,6 +39,8 @@ struct FrEntry {
   int root = -1;
   int64_t channel_seq = 0;
   int64_t time_created_ns = 0;
+  // "file:line" of the call, "" for none; unset: "train.cc:<100 + the entry's index % 7>".
+  std::optional<std::string> caller;
 };
 
 // One rank's dump.

@@ -17,7 +17,9 @@
 #include <unordered_map>
 
 #include "trace/analyze/json_cursor.h"
+#include "trace/analyze/op_types.h"
 #include "trace/analyze/pickle_reader.h"
+#include "trace/dump_format.h"
 
 namespace meshrt::trace {
 namespace {
@@ -27,11 +29,84 @@ struct StringHash {
   size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
 };
 
-// `key == literal` with the length known at compile time, so that the compiler compares words
-// instead of calling memcmp: keys are compared a hundred million times per analysis.
-template <size_t N>
-bool is(std::string_view key, const char (&literal)[N]) {
-  return key.size() == N - 1 && std::memcmp(key.data(), literal, N - 1) == 0;
+namespace fr = dump_format;
+
+// `k == name`, the lengths compared first: keys are compared a hundred million times per
+// analysis, and inlined with a constant `name` the compare is a few word loads, not a call.
+inline bool is(std::string_view k, std::string_view name) {
+  return k.size() == name.size() && std::memcmp(k.data(), name.data(), name.size()) == 0;
+}
+
+// The entry keys the reader uses.
+enum class EntryKey : uint8_t {
+  kOther,
+  kPeer,
+  kState,
+  kScope,
+  kIsP2p,
+  kCaller,
+  kFrames,
+  kRecordId,
+  kP2pSeqId,
+  kInputSizes,
+  kGroupRanks,
+  kOutputSizes,
+  kInputDtypes,
+  kOutputDtypes,
+  kProcessGroup,
+  kProfilingName,
+  kTimeCreatedNs,
+  kP2pChannelSeq,
+  kCollectiveSeqId,
+};
+
+constexpr std::pair<std::string_view, EntryKey> kEntryKeys[] = {
+    {fr::kPeer, EntryKey::kPeer},
+    {fr::kState, EntryKey::kState},
+    {fr::kScope, EntryKey::kScope},
+    {fr::kIsP2p, EntryKey::kIsP2p},
+    {fr::kCaller, EntryKey::kCaller},
+    {fr::kFrames, EntryKey::kFrames},
+    {fr::kRecordId, EntryKey::kRecordId},
+    {fr::kP2pSeqId, EntryKey::kP2pSeqId},
+    {fr::kInputSizes, EntryKey::kInputSizes},
+    {fr::kGroupRanks, EntryKey::kGroupRanks},
+    {fr::kOutputSizes, EntryKey::kOutputSizes},
+    {fr::kInputDtypes, EntryKey::kInputDtypes},
+    {fr::kOutputDtypes, EntryKey::kOutputDtypes},
+    {fr::kProcessGroup, EntryKey::kProcessGroup},
+    {fr::kProfilingName, EntryKey::kProfilingName},
+    {fr::kTimeCreatedNs, EntryKey::kTimeCreatedNs},
+    {fr::kP2pChannelSeq, EntryKey::kP2pChannelSeq},
+    {fr::kCollectiveSeqId, EntryKey::kCollectiveSeqId},
+};
+
+// kEntryKeys' indices by key length (at most 3 keys share one; -1 ends a list), so that a key
+// costs one lookup and a compare or two: a chain of 20 compares per key would cost more than the
+// rest of the parse.
+constexpr size_t kMaxKeyLength = 24;
+using KeysOfLength = std::array<int8_t, 4>;
+constexpr std::array<KeysOfLength, kMaxKeyLength + 1> kKeysByLength = [] {
+  std::array<KeysOfLength, kMaxKeyLength + 1> table{};
+  for (KeysOfLength& keys : table) keys.fill(-1);
+  for (size_t i = 0; i < std::size(kEntryKeys); ++i) {
+    KeysOfLength& keys = table.at(kEntryKeys[i].first.size());  // Too long: not a constant.
+    size_t n = 0;
+    while (keys[n] >= 0) ++n;
+    keys.at(n) = static_cast<int8_t>(i);  // A fourth key of one length: not a constant.
+  }
+  return table;
+}();
+
+EntryKey entry_key(std::string_view k) {
+  if (k.size() > kMaxKeyLength) return EntryKey::kOther;
+  for (const int8_t i : kKeysByLength[k.size()]) {
+    if (i < 0) break;
+    if (std::memcmp(k.data(), kEntryKeys[i].first.data(), k.size()) == 0) {
+      return kEntryKeys[i].second;
+    }
+  }
+  return EntryKey::kOther;
 }
 
 // "[0, 1, 2]" (c10d), "[0,1]" (torchcomms) or "0,1": the global ranks of a pg_config entry.
@@ -71,29 +146,33 @@ class DumpParser {
     }
     cur_.begin_object();
     while (cur_.next_key(key)) {
-      if (is(key, "version")) {
+      if (is(key, fr::kVersion)) {
         dump_.version = cur_.read_string();
         has_version = true;
-      } else if (is(key, "meshrt_dump_version")) {
+      } else if (is(key, fr::kMeshrtDumpVersionKey)) {
         dump_.meshrt_dump_version = cur_.read_int();
-      } else if (is(key, "rank")) {
+      } else if (is(key, fr::kRank)) {
         file_rank_ = cur_.read_int();
-      } else if (is(key, "world_size")) {
+      } else if (is(key, fr::kWorldSize)) {
         dump_.world_size = cur_.read_int();
-      } else if (is(key, "records_dropped")) {
+      } else if (is(key, fr::kRecordsDropped)) {
         dump_.records_dropped = cur_.read_int();
-      } else if (is(key, "pg_config")) {
+      } else if (is(key, fr::kPgConfig)) {
         parse_pg_config();
         has_pg_config = true;
-      } else if (is(key, "entries")) {
+      } else if (is(key, fr::kEntries)) {
         parse_entries();
       } else {
         cur_.skip_value();
       }
     }
     cur_.expect_end();
-    if (!has_version) throw InputError("not a flight-recorder dump: no 'version'");
-    if (!has_pg_config) throw InputError("not a flight-recorder dump: no 'pg_config'");
+    if (!has_version) {
+      throw InputError(fmt::format("not a flight-recorder dump: no '{}'", fr::kVersion));
+    }
+    if (!has_pg_config) {
+      throw InputError(fmt::format("not a flight-recorder dump: no '{}'", fr::kPgConfig));
+    }
     if (file_rank_ && *file_rank_ != dump_.rank) {
       throw InputError(fmt::format("the dump says rank {} but its file name gives rank {}",
                                    *file_rank_, dump_.rank));
@@ -148,18 +227,18 @@ class DumpParser {
       group.name = key;
       cur_.begin_object();
       while (cur_.next_key(key)) {
-        if (is(key, "name")) {
+        if (is(key, fr::kName)) {
           group.name = cur_.read_string();
-        } else if (is(key, "desc")) {
+        } else if (is(key, fr::kDesc)) {
           group.desc = cur_.read_string();
-        } else if (is(key, "ranks")) {
+        } else if (is(key, fr::kRanks)) {
           if (cur_.peek() == JsonKind::kArray) {
             cur_.begin_array();
             while (cur_.next_element()) group.ranks.push_back(static_cast<int>(cur_.read_int()));
           } else {
             group.ranks = parse_rank_list(cur_.read_string());
           }
-        } else if (is(key, "mesh_dim")) {
+        } else if (is(key, fr::kMeshDim)) {
           group.mesh_dim = read_optional_string();
         } else {
           cur_.skip_value();
@@ -232,9 +311,9 @@ class DumpParser {
       int64_t line = 0;
       cur_.begin_object();
       while (cur_.next_key(key)) {
-        if (is(key, "filename")) {
+        if (is(key, fr::kFilename)) {
           file = cur_.read_string();
-        } else if (is(key, "line")) {
+        } else if (is(key, fr::kLine)) {
           line = cur_.read_int();
         } else {
           cur_.skip_value();
@@ -245,19 +324,24 @@ class DumpParser {
   }
 
   void parse_state(std::string_view s, DumpEntry& e) {
-    if (s == "completed") {
-      e.state = EntryState::kCompleted;
-    } else if (s == "started") {
-      e.state = EntryState::kStarted;
-    } else if (s == "scheduled") {
-      e.state = EntryState::kScheduled;
-    } else {
-      throw InputError(fmt::format("entry {}: unknown state '{}'", dump_.entries.size(), s));
+    for (const EntryState state :
+         {EntryState::kCompleted, EntryState::kStarted, EntryState::kScheduled}) {
+      if (s == entry_state_name(state)) {
+        e.state = state;
+        return;
+      }
     }
+    throw InputError(fmt::format("entry {}: unknown state '{}'", dump_.entries.size(), s));
   }
 
-  // Dispatches on the key's length first: a chain of 30 string compares per key would cost
-  // more than the rest of the parse.
+  // The op symbol `type` names a send or a recv (cached: every entry asks).
+  bool channel_op(uint32_t type) {
+    if (channel_op_.size() <= type) channel_op_.resize(dump_.symbols.size(), -1);
+    if (channel_op_[type] < 0) channel_op_[type] = op_type(dump_.symbols[type]).channel_op();
+    return channel_op_[type] == 1;
+  }
+
+  // Dispatches on the key through entry_key().
   void parse_entry() {
     DumpEntry e;
     Unresolved u;
@@ -266,118 +350,77 @@ class DumpParser {
     bool has_is_p2p = false;
     cur_.begin_object();
     while (cur_.next_key(key)) {
-      switch (key.size()) {
-        case 4:
-          if (is(key, "peer")) {
-            peer = cur_.read_int();
-            continue;
-          }
-          break;
-        case 5:
-          if (is(key, "state")) {
-            parse_state(cur_.read_string(), e);
-            continue;
-          }
-          if (is(key, "scope")) {
-            e.scope = intern(cur_.read_string());
-            continue;
-          }
-          break;
-        case 6:
-          if (is(key, "is_p2p")) {
-            e.is_p2p = cur_.read_bool();
-            has_is_p2p = true;
-            continue;
-          }
-          if (is(key, "caller")) {
-            if (const uint32_t c = intern(cur_.read_string()); c != 0) e.caller = c;
-            continue;
-          }
-          if (is(key, "frames")) {
-            parse_frames(e);
-            continue;
-          }
-          break;
-        case 9:
-          if (is(key, "record_id")) {
-            e.record_id = cur_.read_int();
-            continue;
-          }
-          break;
-        case 10:
-          if (is(key, "p2p_seq_id")) {
-            e.p2p_seq = cur_.read_int();
-            continue;
-          }
-          break;
-        case 11:
-          if (is(key, "input_sizes")) {
-            e.input_sizes = parse_shapes();
-            continue;
-          }
-          if (is(key, "group_ranks")) {
-            // Needed only for a group pg_config does not list; in a world of thousands it is
-            // the longest value of the entry.
-            if (listed(u.group_name)) break;
-            u.group_ranks.offset = static_cast<uint32_t>(dump_.pool.size());
-            cur_.begin_array();
-            while (cur_.next_element()) dump_.pool.push_back(cur_.read_int());
-            u.group_ranks.size = static_cast<uint32_t>(dump_.pool.size() - u.group_ranks.offset);
-            continue;
-          }
-          break;
-        case 12:
-          if (is(key, "output_sizes")) {
-            e.output_sizes = parse_shapes();
-            continue;
-          }
-          if (is(key, "input_dtypes")) {
-            e.input_dtypes = parse_dtypes();
-            continue;
-          }
-          break;
-        case 13:
-          if (is(key, "output_dtypes")) {
-            e.output_dtypes = parse_dtypes();
-            continue;
-          }
-          if (is(key, "process_group")) {
-            cur_.begin_array();
-            if (!cur_.next_element()) throw InputError("empty process_group");
-            u.group_name = intern(cur_.read_string());
-            while (cur_.next_element()) cur_.skip_value();
-            continue;
-          }
-          break;
-        case 14:
-          if (is(key, "profiling_name")) {
-            parse_profiling_name(cur_.read_string(), e, u);
-            continue;
-          }
-          break;
-        case 15:
-          if (is(key, "time_created_ns")) {
-            e.time_created_ns = read_int_or_zero();
-            continue;
-          }
-          if (is(key, "p2p_channel_seq")) {
-            e.channel_seq = cur_.read_int();
-            continue;
-          }
-          break;
-        case 17:
-          if (is(key, "collective_seq_id")) {
-            e.collective_seq = cur_.read_int();
-            continue;
-          }
-          break;
-        default:
+      switch (entry_key(key)) {
+        case EntryKey::kPeer:
+          peer = cur_.read_int();
+          continue;
+        case EntryKey::kState:
+          parse_state(cur_.read_string(), e);
+          continue;
+        case EntryKey::kScope:
+          e.scope = intern(cur_.read_string());
+          continue;
+        case EntryKey::kIsP2p:
+          e.is_p2p = cur_.read_bool();
+          has_is_p2p = true;
+          continue;
+        case EntryKey::kCaller:
+          if (const uint32_t c = intern(cur_.read_string()); c != 0) e.caller = c;
+          continue;
+        case EntryKey::kFrames:
+          parse_frames(e);
+          continue;
+        case EntryKey::kRecordId:
+          e.record_id = cur_.read_int();
+          continue;
+        case EntryKey::kP2pSeqId:
+          e.p2p_seq = cur_.read_int();
+          continue;
+        case EntryKey::kInputSizes:
+          e.input_sizes = parse_shapes();
+          continue;
+        case EntryKey::kGroupRanks:
+          // Needed only for a group pg_config does not list; in a world of thousands it is the
+          // longest value of the entry.
+          if (listed(u.group_name)) break;
+          u.group_ranks.offset = static_cast<uint32_t>(dump_.pool.size());
+          cur_.begin_array();
+          while (cur_.next_element()) dump_.pool.push_back(cur_.read_int());
+          u.group_ranks.size = static_cast<uint32_t>(dump_.pool.size() - u.group_ranks.offset);
+          continue;
+        case EntryKey::kOutputSizes:
+          e.output_sizes = parse_shapes();
+          continue;
+        case EntryKey::kInputDtypes:
+          e.input_dtypes = parse_dtypes();
+          continue;
+        case EntryKey::kOutputDtypes:
+          e.output_dtypes = parse_dtypes();
+          continue;
+        case EntryKey::kProcessGroup:
+          cur_.begin_array();
+          if (!cur_.next_element()) throw InputError(fmt::format("empty {}", fr::kProcessGroup));
+          u.group_name = intern(cur_.read_string());
+          while (cur_.next_element()) cur_.skip_value();
+          continue;
+        case EntryKey::kProfilingName:
+          parse_profiling_name(cur_.read_string(), e, u);
+          continue;
+        case EntryKey::kTimeCreatedNs:
+          e.time_created_ns = read_int_or_zero();
+          continue;
+        case EntryKey::kP2pChannelSeq:
+          e.channel_seq = cur_.read_int();
+          continue;
+        case EntryKey::kCollectiveSeqId:
+          e.collective_seq = cur_.read_int();
+          continue;
+        case EntryKey::kOther:
           break;
       }
       cur_.skip_value();
     }
-    const std::string_view type = dump_.symbols[e.type];
-    const bool p2p_type = type == "send" || type == "recv";
+    const bool p2p_type = channel_op(e.type);
     if (!has_is_p2p) e.is_p2p = p2p_type;
     if (p2p_type && peer >= 0) {
       e.peer = static_cast<int32_t>(peer);
@@ -439,7 +482,8 @@ class DumpParser {
   std::optional<int64_t> file_rank_;
   std::unordered_map<std::string, uint32_t, StringHash, std::equal_to<>> symbol_ids_;
   std::vector<Unresolved> unresolved_;
-  std::vector<bool> listed_;  // By symbol: group names pg_config lists.
+  std::vector<bool> listed_;        // By symbol: group names pg_config lists.
+  std::vector<int8_t> channel_op_;  // By symbol: 1 send or recv, 0 not, -1 not yet known.
   struct CacheSlot {
     std::string text;
     uint32_t id = 0;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "trace/analyze/analyzer.h"
+#include "trace/analyze/format.h"
 #include "trace/atomic_file.h"
 #include "trace/chrome_trace.h"
 

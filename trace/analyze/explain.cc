@@ -1,0 +1,488 @@
+#include "trace/analyze/explain.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <map>
+#include <tuple>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+
+#include "trace/analyze/format.h"
+
+namespace meshrt::trace::analysis {
+namespace {
+
+// Finding kinds that mean the ranks' programs parted at the finding's op.
+bool diverges(FindingKind kind) {
+  return kind == FindingKind::kNotJoined || kind == FindingKind::kTypeMismatch ||
+         kind == FindingKind::kSizeMismatch || kind == FindingKind::kDtypeMismatch;
+}
+
+// "train.cc:88" (meshrt) or a PyTorch frame's "train.py:7" as a call site.
+CallSite parse_call_site(std::string_view caller) {
+  const size_t colon = caller.rfind(':');
+  int64_t line = 0;
+  if (colon != std::string_view::npos) {
+    const char* end = caller.data() + caller.size();
+    const auto r = std::from_chars(caller.data() + colon + 1, end, line);
+    if (r.ec == std::errc() && r.ptr == end) return {std::string(caller.substr(0, colon)), line};
+  }
+  return {std::string(caller), 0};
+}
+
+// One rank's ops in the numbering a finding uses: its collectives in the finding's group, or its
+// side of the finding's p2p channel. Seqs rise.
+struct Stream {
+  const RankDump* dump = nullptr;
+  const RankGroup* rg = nullptr;                 // Collectives,
+  const std::vector<ChannelOp>* side = nullptr;  // or one side of a p2p channel.
+  int peer = -1;                                 // p2p: the other end.
+
+  size_t size() const {
+    if (rg != nullptr) return rg->ops.size();
+    return side != nullptr ? side->size() : 0;
+  }
+  int64_t seq(size_t i) const { return rg != nullptr ? rg->ops[i].seq : (*side)[i].seq; }
+  // Op i's first entry, and its last (the closing entry of a coalesced group).
+  const DumpEntry& first(size_t i) const {
+    return dump->entries[rg != nullptr ? rg->first_entry(rg->ops[i]) : (*side)[i].entry];
+  }
+  const DumpEntry& last(size_t i) const {
+    return dump->entries[rg != nullptr ? rg->last_entry(rg->ops[i]) : (*side)[i].entry];
+  }
+  // Op i's caller (a symbol; 0 when unknown): its first entry's, else its closing entry's.
+  uint32_t caller(size_t i) const {
+    const uint32_t c = first(i).caller;
+    return c != 0 ? c : last(i).caller;
+  }
+  // The index of the last op numbered `seq` or lower; size() when there is none.
+  size_t at_or_before(int64_t s) const {
+    size_t lo = 0, hi = size();
+    while (lo < hi) {
+      const size_t mid = (lo + hi) / 2;
+      if (seq(mid) <= s) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    return lo == 0 ? size() : lo - 1;
+  }
+};
+
+// What one rank did where the ranks of a finding parted.
+struct RankFacts {
+  std::optional<OpCall> first_unmatched;
+  std::optional<OpCall> last_matched;
+  bool moved_on = false;
+  bool operator==(const RankFacts&) const = default;
+};
+
+class Explainer {
+ public:
+  explicit Explainer(Matching& m) : m_(m) {}
+
+  Report run() {
+    find_causes();
+    for (Draft& d : m_.drafts) {
+      if (d.finding.root && d.key.group != UINT32_MAX && diverges(d.finding.kind)) {
+        d.finding.divergence = divergence(d);
+      }
+    }
+    return report();
+  }
+
+ private:
+  // ---- waits --------------------------------------------------------------------------------
+
+  // The op a rank waits in, preferring one that has a finding of its own (the wait to follow).
+  const Pending* blocked_in(int rank, const OpKey& except, int* finding) const {
+    *finding = -1;
+    const int32_t di = m_.dump_of_rank[rank];
+    if (di < 0) return nullptr;
+    const Pending* first = nullptr;
+    for (const Pending& p : m_.states[di].pending) {
+      if (p.key == except) continue;
+      if (first == nullptr) first = &p;
+      if (const auto it = finding_of_.find(p.key); it != finding_of_.end()) {
+        *finding = it->second;
+        return &p;
+      }
+    }
+    return first;
+  }
+
+  // Where a rank waits: "is blocked in all_gather #17 on dim dp (group mesh0/dp [2, 6];
+  // started; at train.cc:88 in MLP / forward), which rank 2 did not join"; `plural` for several
+  // ranks in the same op.
+  std::string wait_phrase(int rank, const Pending& p, int target, bool plural) const {
+    const DumpEntry& e = m_.dump_of(rank)->entries[p.entry];
+    std::string note(entry_state_name(e.state));
+    if (e.caller != 0) note += fmt::format("; at {}", m_.symbols[e.caller]);
+    if (e.scope != 0) note += fmt::format(" in {}", m_.symbols[e.scope]);
+    std::string s =
+        fmt::format("{} blocked in {} {}", plural ? "are" : "is",
+                    op_phrase(p.key, m_.type_name(e), rank), m_.where(p.key.group, note));
+    if (target >= 0) {
+      const Finding& t = m_.drafts[target].finding;
+      if (t.kind == FindingKind::kNotJoined) {
+        s += fmt::format(", which {} did not join", ranks_phrase(t.missing_ranks));
+      } else {
+        s += fmt::format(", which has a {} finding", finding_kind_name(t.kind));
+      }
+    }
+    return s;
+  }
+
+  // For a rank with nothing pending: "has nothing pending; its last op in this group, all_reduce
+  // #4, completed".
+  std::string idle_phrase(int rank, uint32_t group, bool plural) const {
+    const int32_t di = m_.dump_of_rank[rank];
+    const RankDump& d = m_.dumps[di];
+    std::string last = "no record in this group";
+    for (size_t i = d.entries.size(); i-- > 0;) {
+      const DumpEntry& e = d.entries[i];
+      if (m_.states[di].global_group[e.group] != group) continue;
+      const std::string op =
+          m_.type(e).channel_op() && e.peer >= 0
+              ? fmt::format("{} #{} {} rank {}", m_.type_name(e), e.channel_seq,
+                            m_.type(e).send() ? "to" : "from", e.peer)
+              : fmt::format("{} #{}", m_.type_name(e), e.is_p2p ? e.p2p_seq : e.collective_seq);
+      last = fmt::format("{} op in this group, {}, {}", plural ? "their last" : "its last", op,
+                         entry_state_name(e.state));
+      break;
+    }
+    return fmt::format("{} nothing pending; {}", plural ? "have" : "has", last);
+  }
+
+  // What the given ranks are doing, grouped: "rank 6 is blocked in ...; ranks [1, 2] have ...".
+  std::string doing(const std::vector<int>& ranks, const OpKey& except, uint32_t group) const {
+    std::map<std::string, std::vector<int>> by_phrase;
+    for (const int r : ranks) {
+      int target = -1;
+      const Pending* p = blocked_in(r, except, &target);
+      by_phrase[p != nullptr ? wait_phrase(r, *p, target, false) : idle_phrase(r, group, false)]
+          .push_back(r);
+    }
+    std::vector<std::string> parts;
+    for (const auto& [phrase, rs] : by_phrase) {
+      if (rs.size() == 1) {
+        parts.push_back(fmt::format("rank {} {}", rs[0], phrase));
+        continue;
+      }
+      int target = -1;
+      const Pending* p = blocked_in(rs[0], except, &target);
+      parts.push_back(fmt::format(
+          "{} {}", ranks_phrase(rs),
+          p != nullptr ? wait_phrase(rs[0], *p, target, true) : idle_phrase(rs[0], group, true)));
+    }
+    return fmt::format("{}", fmt::join(parts, "; "));
+  }
+
+  // ---- causes -------------------------------------------------------------------------------
+
+  void find_causes() {
+    std::vector<Draft>& drafts = m_.drafts;
+    for (size_t i = 0; i < drafts.size(); ++i) {
+      if (drafts[i].key.group == UINT32_MAX) continue;
+      finding_of_.emplace(drafts[i].key, static_cast<int>(i));
+      if (diverges(drafts[i].finding.kind)) diverged_.insert(drafts[i].key);
+    }
+    // not_joined: who is to blame, and whose waits to follow.
+    for (Draft& d : drafts) {
+      if (d.finding.kind != FindingKind::kNotJoined) continue;
+      const auto& missing = d.finding.missing_ranks;
+      size_t blocked = 0;
+      int dummy = 0;
+      for (const int m : missing) blocked += blocked_in(m, d.key, &dummy) != nullptr ? 1 : 0;
+      if (blocked == 0 && d.issuers.size() < missing.size()) {
+        d.finding.culprit_ranks = d.issuers;  // The few issued an op the rest never called.
+      } else {
+        d.finding.culprit_ranks = missing;
+        d.follow = missing;
+      }
+    }
+    // Follow waits: a finding whose ranks all wait in ops with findings of their own is a
+    // consequence of those.
+    std::vector<int> next(drafts.size(), -1);
+    for (size_t i = 0; i < drafts.size(); ++i) {
+      const Draft& d = drafts[i];
+      if (d.follow.empty()) continue;
+      int target = -1;
+      bool all = true;
+      for (const int r : d.follow) {
+        int t = -1;
+        blocked_in(r, d.key, &t);
+        if (t < 0 || t == static_cast<int>(i)) {
+          all = false;
+          break;
+        }
+        if (target < 0) target = t;
+      }
+      if (all) next[i] = target;
+    }
+    // Roots: findings without a next; a chain that loops is a deadlock, all of whose members
+    // are roots.
+    std::vector<int> mark(drafts.size(), 0);  // 0 new, 1 on the current path, 2 done
+    for (size_t start = 0; start < drafts.size(); ++start) {
+      std::vector<int> path;
+      int i = static_cast<int>(start);
+      while (i >= 0 && mark[i] == 0) {
+        mark[i] = 1;
+        path.push_back(i);
+        i = next[i];
+      }
+      if (i >= 0 && mark[i] == 1) {
+        for (auto it = std::find(path.begin(), path.end(), i); it != path.end(); ++it) {
+          drafts[*it].cycle = true;
+          next[*it] = -1;
+        }
+      }
+      for (const int p : path) mark[p] = 2;
+    }
+    for (size_t i = 0; i < drafts.size(); ++i) {
+      drafts[i].cause = next[i];
+      drafts[i].finding.root = next[i] < 0;
+    }
+    mark_shifted();
+    for (Draft& d : drafts) write_detail(d);
+  }
+
+  // A rank that skipped or added a collective shifts its sequence numbers in that group: every
+  // later op there looks mismatched. Only the first mismatch is the cause.
+  void mark_shifted() {
+    std::vector<Draft>& drafts = m_.drafts;
+    std::vector<size_t> order(drafts.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      const OpKey& x = drafts[a].key;
+      const OpKey& y = drafts[b].key;
+      return std::tie(x.group, x.src, x.dst, x.seq) < std::tie(y.group, y.src, y.dst, y.seq);
+    });
+    std::unordered_map<uint32_t, size_t> first_mismatch;  // group -> draft
+    for (const size_t i : order) {
+      Draft& d = drafts[i];
+      if (d.key.src >= 0 || d.key.group == UINT32_MAX) continue;
+      const auto it = first_mismatch.find(d.key.group);
+      if (it != first_mismatch.end()) {
+        const auto& first = drafts[it->second].finding.culprit_ranks;
+        const bool overlap = std::any_of(
+            d.finding.culprit_ranks.begin(), d.finding.culprit_ranks.end(),
+            [&](int r) { return std::find(first.begin(), first.end(), r) != first.end(); });
+        if (overlap && d.finding.root) {
+          d.finding.root = false;
+          d.shifted = true;
+          d.cause = static_cast<int>(it->second);
+        }
+        continue;
+      }
+      const FindingKind k = d.finding.kind;
+      if (k == FindingKind::kTypeMismatch || k == FindingKind::kSizeMismatch ||
+          k == FindingKind::kDtypeMismatch) {
+        first_mismatch.emplace(d.key.group, i);
+      }
+    }
+  }
+
+  void write_detail(Draft& d) {
+    Finding& f = d.finding;
+    if (f.kind == FindingKind::kNotJoined) {
+      const std::string doing_now = doing(f.missing_ranks, d.key, d.key.group);
+      if (d.key.src >= 0) {
+        // The issuer sent (it is the channel's source) or received; the peer posted neither.
+        const OpKind unposted = d.issuers.front() == d.key.src ? OpKind::kRecv : OpKind::kSend;
+        f.detail =
+            fmt::format("{} did not post the {} matching rank {}'s {} (p2p channel {}->{}); {}",
+                        ranks_phrase(f.missing_ranks), op_kind_name(unposted), d.issuers.front(),
+                        d.what, d.key.src, d.key.dst, doing_now);
+      } else if (f.culprit_ranks != f.missing_ranks) {
+        f.detail = fmt::format("{} issued {} that {} never called; {}", ranks_phrase(d.issuers),
+                               d.what, ranks_phrase(f.missing_ranks), doing_now);
+      } else {
+        f.detail =
+            fmt::format("{} did not join {} (issued by {}); {}", ranks_phrase(f.missing_ranks),
+                        d.what, ranks_phrase(d.issuers), doing_now);
+      }
+    } else if (f.kind == FindingKind::kStateMismatch && d.cause >= 0) {
+      f.detail += "; " + doing(d.follow, d.key, d.key.group);
+    }
+    if (d.cycle) f.detail += "; these waits form a cycle (a deadlock)";
+    if (d.shifted) {
+      f.detail += fmt::format(
+          "; likely a consequence of the mismatch at #{}: those ranks' sequence numbers shifted",
+          m_.drafts[d.cause].key.seq);
+    }
+  }
+
+  // ---- divergence ---------------------------------------------------------------------------
+
+  // `rank`'s ops in the numbering of the op `key`.
+  Stream stream(const OpKey& key, int rank) const {
+    Stream s;
+    s.dump = m_.dump_of(rank);
+    if (s.dump == nullptr) return s;
+    if (key.src >= 0) {
+      const auto it = m_.channels.find(OpKey{.group = key.group, .src = key.src, .dst = key.dst});
+      if (it == m_.channels.end()) return s;
+      s.side = rank == key.src ? &it->second.sends : &it->second.recvs;
+      s.peer = rank == key.src ? key.dst : key.src;
+      return s;
+    }
+    const Group& g = m_.groups[key.group];
+    const auto pos = std::lower_bound(g.ranks.begin(), g.ranks.end(), rank);
+    if (pos == g.ranks.end() || *pos != rank) return s;
+    const size_t m = pos - g.ranks.begin();
+    if (g.member_dump[m] >= 0 && g.member_slot[m] >= 0) {
+      s.rg = &m_.states[g.member_dump[m]].groups[g.member_slot[m]];
+    }
+    return s;
+  }
+
+  OpCall call(const Stream& s, size_t i) const {
+    const uint32_t caller = s.caller(i);
+    return OpCall{.op = std::string(m_.type_name(s.last(i))),
+                  .seq = s.seq(i),
+                  .peer = s.peer,
+                  .at = caller != 0 ? parse_call_site(m_.symbols[caller]) : CallSite{}};
+  }
+
+  // What `rank` did around the op `key`: that op, and the last op before it that the others
+  // matched; or, when it never issued the op, its last op before it.
+  RankFacts facts(const OpKey& key, int rank) const {
+    RankFacts f;
+    const Stream s = stream(key, rank);
+    const size_t i = s.at_or_before(key.seq);
+    if (i == s.size()) return f;
+    if (s.seq(i) != key.seq) {
+      f.last_matched = call(s, i);
+      f.moved_on = m_.states[m_.dump_of_rank[rank]].pending.empty();
+      return f;
+    }
+    f.first_unmatched = call(s, i);
+    for (size_t j = i; j-- > 0;) {
+      OpKey earlier = key;
+      earlier.seq = s.seq(j);
+      if (!diverged_.contains(earlier)) {
+        f.last_matched = call(s, j);
+        break;
+      }
+    }
+    return f;
+  }
+
+  // The groups of ranks that parted at `d`'s op: the issuers and the ranks that did not join,
+  // or each way the op was called; the culprits' way first.
+  std::vector<std::vector<int>> camps(const Draft& d) const {
+    if (d.finding.kind == FindingKind::kNotJoined) return {d.issuers, d.finding.missing_ranks};
+    return d.classes;
+  }
+
+  Divergence divergence(const Draft& d) const {
+    Divergence out;
+    const std::vector<std::vector<int>> parted = camps(d);
+    for (const std::vector<int>& camp : parted) {
+      std::vector<std::pair<RankFacts, std::vector<int>>> alike;  // In the order first seen.
+      for (const int r : camp) {
+        RankFacts f = facts(d.key, r);
+        auto it =
+            std::find_if(alike.begin(), alike.end(), [&](const auto& a) { return a.first == f; });
+        if (it == alike.end()) {
+          alike.emplace_back(std::move(f), std::vector<int>{r});
+        } else {
+          it->second.push_back(r);
+        }
+      }
+      for (auto& [f, ranks] : alike) {
+        out.sides.push_back(DivergenceSide{.ranks = std::move(ranks),
+                                           .first_unmatched = std::move(f.first_unmatched),
+                                           .last_matched = std::move(f.last_matched),
+                                           .moved_on = f.moved_on});
+      }
+    }
+    // Send and recv are called from different places by nature: compare collectives only.
+    if (d.key.src < 0 && parted.size() == 2) out.call_sites_differ = site_split(d.key, parted);
+    return out;
+  }
+
+  // The first op of the group before `key`'s, among those every rank's record still holds, at
+  // which each of the two camps called from one place and the places differ.
+  std::optional<CallSiteSplit> site_split(const OpKey& key,
+                                          const std::vector<std::vector<int>>& parted) const {
+    std::vector<std::vector<Stream>> streams(parted.size());
+    int64_t lo = INT64_MIN;
+    for (size_t c = 0; c < parted.size(); ++c) {
+      for (const int r : parted[c]) {
+        const Stream s = stream(key, r);
+        if (s.size() == 0) continue;
+        lo = std::max(lo, s.seq(0));
+        streams[c].push_back(s);
+      }
+      if (streams[c].empty()) return std::nullopt;
+    }
+    for (int64_t seq = lo; seq < key.seq; ++seq) {
+      CallSiteSplit split{.op = {}, .seq = seq, .sites = {}};
+      for (const std::vector<Stream>& camp : streams) {
+        std::optional<RanksAt> at = camp_site(camp, seq, &split.op);
+        if (!at) break;
+        split.sites.push_back(std::move(*at));
+      }
+      if (split.sites.size() == 2 && split.sites[0].at != split.sites[1].at) return split;
+    }
+    return std::nullopt;
+  }
+
+  // The one known place from which the camp's ranks called op `seq` (and the op's name), or
+  // nullopt when none of them has it, a caller is unknown or they called from several places.
+  std::optional<RanksAt> camp_site(const std::vector<Stream>& camp, int64_t seq,
+                                   std::string* op) const {
+    RanksAt out;
+    uint32_t caller = 0;  // Compared as symbols: this runs for every op of the group.
+    for (const Stream& s : camp) {
+      const size_t i = s.at_or_before(seq);
+      if (i == s.size() || s.seq(i) != seq) continue;
+      const uint32_t c = s.caller(i);
+      if (c == 0 || (caller != 0 && c != caller)) return std::nullopt;
+      if (caller == 0) *op = m_.type_name(s.last(i));
+      caller = c;
+      out.ranks.push_back(s.dump->rank);
+    }
+    if (caller == 0) return std::nullopt;
+    out.at = parse_call_site(m_.symbols[caller]);
+    return out;
+  }
+
+  // ---- report -------------------------------------------------------------------------------
+
+  Report report() {
+    Report out;
+    for (const RankDump& d : m_.dumps) out.ranks.push_back(d.rank);
+    out.collectives_checked = m_.checked;
+    std::vector<Draft>& drafts = m_.drafts;
+    std::vector<size_t> order(drafts.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    // Roots first, missing dumps first among them, then by group and op.
+    auto key = [&](size_t i) {
+      const Finding& f = drafts[i].finding;
+      return std::tuple<bool, bool, const std::string&, const std::vector<int>&, int64_t, int32_t,
+                        int32_t, FindingKind>(!f.root, f.kind != FindingKind::kMissingDump, f.group,
+                                              f.group_ranks, f.seq.value_or(-1), drafts[i].key.src,
+                                              drafts[i].key.dst, f.kind);
+    };
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return key(a) < key(b); });
+    for (const size_t i : order) out.findings.push_back(std::move(drafts[i].finding));
+    return out;
+  }
+
+  Matching& m_;
+  std::unordered_map<OpKey, int, OpKeyHash> finding_of_;
+  std::unordered_set<OpKey, OpKeyHash> diverged_;  // Ops with a not_joined or mismatch finding.
+};
+
+}  // namespace
+
+Report explain(Matching matching) { return Explainer(matching).run(); }
+
+}  // namespace meshrt::trace::analysis
