@@ -8,7 +8,8 @@ packages=(
   libgloo-dev libboost-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
-  chromium  # tests/viewer_test loads the scope-tree viewer in headless Chromium
+  chromium    # tests/viewer_test loads the scope-tree viewer in headless Chromium
+  prometheus  # tests/exports_test lints the Prometheus export with promtool
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch)

@@ -12,6 +12,7 @@
 
 #include "runtime/error.h"
 #include "runtime/init.h"
+#include "trace/scope.h"
 
 namespace meshrt {
 
@@ -65,6 +66,7 @@ std::string next_mesh_name(const Communicator& world) {
 // first; the texts are exchanged only when the hashes differ, to name who passed what.
 void check_same_everywhere(Communicator& world, const std::string& mesh_name,
                            const std::string& description, std::chrono::milliseconds timeout) {
+  const trace::SetupOps setup;  // Reports tell these all_gathers from the program's own.
   const OpOptions opts{timeout};
   const int n = world.size();
   std::vector<int64_t> mine{static_cast<int64_t>(fnv1a(description))};

@@ -430,7 +430,10 @@ std::shared_ptr<Communicator> Communicator::split(int color, int key, CommOption
   // collective on this communicator.
   auto mine = std::make_shared<std::array<int64_t, 2>>(std::array<int64_t, 2>{color, key});
   auto all = std::make_shared<std::vector<int64_t>>(2 * static_cast<size_t>(size()));
-  WorkHandle exchange = all_gather(view(std::span<int64_t>(*mine)), view(*all), {timeout_ms});
+  WorkHandle exchange = [&] {
+    const trace::SetupOps setup;  // Reports tell meshrt's own ops from the program's.
+    return all_gather(view(std::span<int64_t>(*mine)), view(*all), {timeout_ms});
+  }();
   auto result = std::make_shared<std::promise<std::shared_ptr<Communicator>>>();
   auto future = result->get_future();
   post_job([this, result, exchange, mine, all, index, timeout_ms, color, options] {

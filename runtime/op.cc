@@ -76,6 +76,7 @@ trace::OpRecord make_record(const Op& op, std::shared_ptr<const trace::CommInfo>
   rec.root_or_peer = op.root;
   rec.timeout_ms = op.timeout.count();
   rec.scope = trace::current_scope();
+  rec.setup = trace::in_setup_ops();
   rec.thread_id = std::hash<std::thread::id>{}(std::this_thread::get_id());
   rec.caller_file = caller.file_name();
   rec.caller_line = caller.line();

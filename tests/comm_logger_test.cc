@@ -1,6 +1,7 @@
-// The comm logger: rows by mesh dim, op and size bucket with counts, bytes and nccl-tests
-// bandwidths; the op filter, windows and reset; and MESHRT_COMMS_SUMMARY files written at exit by
-// real runs of mesh_demo (in-process ranks and Gloo processes).
+// The comm logger: rows by mesh dim, op and size bucket with counts, mean sizes and nccl-tests
+// bandwidths; meshrt's own setup ops apart from the program's; the table's sizes and adaptive
+// bandwidth units; the op filter, windows and reset; and MESHRT_COMMS_SUMMARY files written at
+// exit by real runs of mesh_demo (in-process ranks and Gloo processes).
 #include "trace/comm_logger.h"
 
 #include <gtest/gtest.h>
@@ -37,9 +38,9 @@ class CommLoggerTest : public ::testing::Test {
     CommLogger::instance().reset();
   }
   static const SummaryRow* find(const std::vector<SummaryRow>& rows, const std::string& dim,
-                                const std::string& op, uint64_t bytes) {
+                                const std::string& op, uint64_t bucket_bytes, bool setup = false) {
     for (const auto& r : rows) {
-      if ((r.mesh_dim.empty() ? r.comm : r.mesh_dim) == dim && r.op == op && r.bytes == bytes) {
+      if (r.mesh_dim == dim && r.op == op && r.bucket_bytes == bucket_bytes && r.setup == setup) {
         return &r;
       }
     }
@@ -66,6 +67,7 @@ TEST_F(CommLoggerTest, RowsByMeshDimOpAndSizeBucket) {
     const SummaryRow* dp_big = find(rows, "dp", "all_reduce", 2048);
     ASSERT_NE(dp_big, nullptr);
     EXPECT_EQ(dp_big->count, 1u);
+    EXPECT_EQ(dp_big->mean_bytes, 4000);
     // busbw from the group of 2, not the world of 4: factor 2(n-1)/n = 1.
     EXPECT_NEAR(dp_big->busbw_gbps,
                 trace::busbw_gbps(OpKind::kAllReduce, 2, 4000, dp_big->avg_ms * 1e3), 1e-9);
@@ -76,6 +78,83 @@ TEST_F(CommLoggerTest, RowsByMeshDimOpAndSizeBucket) {
     EXPECT_NEAR(gather->busbw_gbps, gather->algbw_gbps * 0.5, 1e-9);
     EXPECT_NE(find(rows, "world", "barrier", 0), nullptr);
     EXPECT_NE(CommLogger::instance().summary_table(rank).find("all_gather"), std::string::npos);
+  }
+}
+
+// The table shows what the ops moved, not the bucket's floor, and bandwidths that stay readable
+// when they are small.
+TEST_F(CommLoggerTest, TableShowsMeanSizesAndReadableBandwidths) {
+  run_inproc(2, [](Communicator& world) {
+    std::vector<float> three_kib(768), four_kb(1000);  // 3072 B and 4000 B: both in bucket 2 KiB
+    world.all_reduce(view(three_kib))->wait();
+    world.broadcast(view(four_kb), 0)->wait();
+  });
+  const auto rows = CommLogger::instance().summary(0);
+  const SummaryRow* ar = find(rows, "world", "all_reduce", 2048);
+  ASSERT_NE(ar, nullptr);
+  EXPECT_EQ(ar->mean_bytes, 3072);
+  const std::string table = CommLogger::instance().summary_table(0);
+  SCOPED_TRACE(table);
+  EXPECT_NE(table.find("3 KiB"), std::string::npos);
+  EXPECT_NE(table.find("3.91 KiB"), std::string::npos);
+  EXPECT_EQ(table.find("2 KiB"), std::string::npos);
+  // In-process ops of a few KiB run well below 1 GB/s: their units adapt instead of reading
+  // "0.000 GB/s".
+  for (const auto& r : rows) {
+    ASSERT_GT(r.algbw_gbps, 0);
+    const std::string algbw = trace::format_bandwidth(r.algbw_gbps);
+    EXPECT_NE(algbw[0], '0') << algbw;
+    EXPECT_NE(table.find(algbw), std::string::npos) << algbw;
+  }
+}
+
+TEST(CommLoggerFormat, BytesAndBandwidthsToThreeDigits) {
+  EXPECT_EQ(trace::format_bytes(0), "0 B");
+  EXPECT_EQ(trace::format_bytes(64), "64 B");
+  EXPECT_EQ(trace::format_bytes(36.5), "36.5 B");
+  EXPECT_EQ(trace::format_bytes(3072), "3 KiB");
+  EXPECT_EQ(trace::format_bytes(4000), "3.91 KiB");
+  EXPECT_EQ(trace::format_bytes(1.5 * (1 << 20)), "1.5 MiB");
+  EXPECT_EQ(trace::format_bytes(800.0 * (1 << 30)), "800 GiB");
+  EXPECT_EQ(trace::format_bandwidth(0), "-");
+  EXPECT_EQ(trace::format_bandwidth(1e-9), "1 B/s");
+  EXPECT_EQ(trace::format_bandwidth(0.0000123456), "12.3 KB/s");
+  EXPECT_EQ(trace::format_bandwidth(0.00123), "1.23 MB/s");
+  EXPECT_EQ(trace::format_bandwidth(12.5), "12.5 GB/s");
+  EXPECT_EQ(trace::format_bandwidth(1500), "1.5 TB/s");
+}
+
+// The all_gathers that split() and init_device_mesh() run are meshrt's, not the program's: their
+// rows are marked and listed in a section of their own, apart from the program's all_gathers of
+// the same size on the same communicator.
+TEST_F(CommLoggerTest, SetupOpsAreMarkedAndListedApart) {
+  run_inproc(4, [](Communicator& world) {
+    auto mesh = init_device_mesh({2, 2}, {"dp", "tp"});
+    std::vector<int64_t> mine(2), all(8);  // 64 B, as split()'s exchange of (color, key)
+    world.all_gather(view(mine), view(all))->wait();
+  });
+  for (int rank = 0; rank < 4; ++rank) {
+    const auto rows = CommLogger::instance().summary(rank);
+    const std::string table = CommLogger::instance().summary_table(rank);
+    SCOPED_TRACE(table);
+    // The mesh's agreement check (one int64 from each rank) and one split per dim.
+    const SummaryRow* check = find(rows, "world", "all_gather", 32, /*setup=*/true);
+    ASSERT_NE(check, nullptr);
+    EXPECT_EQ(check->count, 1u);
+    const SummaryRow* splits = find(rows, "world", "all_gather", 64, /*setup=*/true);
+    ASSERT_NE(splits, nullptr);
+    EXPECT_EQ(splits->count, 2u);
+    const SummaryRow* mine = find(rows, "world", "all_gather", 64);
+    ASSERT_NE(mine, nullptr);
+    EXPECT_EQ(mine->count, 1u);
+    // Program rows first, then meshrt's setup rows under their own heading.
+    EXPECT_FALSE(rows.front().setup);
+    EXPECT_TRUE(rows.back().setup);
+    const size_t heading = table.find("setup: ops meshrt ran itself");
+    ASSERT_NE(heading, std::string::npos);
+    const size_t first_all_gather = table.find("all_gather");
+    EXPECT_LT(first_all_gather, heading);
+    EXPECT_NE(table.find("all_gather", heading), std::string::npos);
   }
 }
 
@@ -99,10 +178,11 @@ TEST_F(CommLoggerTest, OpFilterWindowsAndReset) {
   EXPECT_TRUE(CommLogger::instance().summary(0).empty());
 }
 
-TEST(SizeBucket, PowersOfTwo) {
+TEST(SizeBucket, PowersOfTwoNamedAsRanges) {
   const std::pair<uint64_t, uint64_t> table[] = {
       {0, 0}, {1, 1}, {3, 2}, {4096, 4096}, {4097, 4096}, {(64u << 20) + 5, 64u << 20}};
   for (const auto& [bytes, bucket] : table) EXPECT_EQ(trace::size_bucket(bytes), bucket);
+  EXPECT_EQ(trace::size_bucket_label(4097), "4-8KiB");
 }
 
 void check_summary_file(const std::string& path, int rank) {
@@ -110,19 +190,30 @@ void check_summary_file(const std::string& path, int rank) {
   ASSERT_TRUE(in.good()) << path;
   const auto doc = nlohmann::json::parse(in);
   EXPECT_EQ(doc["rank"].get<int>(), rank);
-  bool saw_tp = false;
+  bool saw_tp = false, saw_setup = false;
   for (const auto& row : doc["rows"]) {
-    for (const char* key : {"mesh_dim", "op", "group_size", "bytes", "count", "total_ms", "avg_ms",
-                            "p50_ms", "p99_ms", "algbw_gbps", "busbw_gbps"}) {
+    for (const char* key : {"mesh_dim", "comm", "op", "setup", "group_size", "size_bucket",
+                            "bucket_bytes", "mean_bytes", "count", "total_ms", "avg_ms", "p50_ms",
+                            "p99_ms", "algbw_gbps", "busbw_gbps"}) {
       EXPECT_TRUE(row.contains(key)) << key << " missing in " << path;
     }
     if (row["mesh_dim"] == "tp" && row["op"] == "all_reduce") {
       saw_tp = true;
       EXPECT_EQ(row["group_size"].get<int>(), 2);
       EXPECT_EQ(row["count"].get<int>(), 1);
+      EXPECT_EQ(row["mean_bytes"].get<double>(), 17 * 8);  // mesh_demo's 17 int64
+      EXPECT_EQ(row["bucket_bytes"].get<int>(), 128);
+      EXPECT_EQ(row["size_bucket"], "128-256B");
+      EXPECT_EQ(row["setup"], false);
+    }
+    if (row["setup"] == true) {
+      saw_setup = true;
+      EXPECT_EQ(row["mesh_dim"], "world");  // The default group, outside any mesh.
+      EXPECT_EQ(row["op"], "all_gather");
     }
   }
   EXPECT_TRUE(saw_tp) << doc.dump(2);
+  EXPECT_TRUE(saw_setup) << doc.dump(2);
 }
 
 TEST(CommsSummaryEnv, InProcessRanksEachWriteTheirFile) {

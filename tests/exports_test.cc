@@ -1,11 +1,15 @@
 // The trace exports from real ops: the Chrome trace (one process per rank, one track per mesh
-// dim, slices with their args, ranks on one clock), its per-rank files merged, JSON lines parsed
-// back field by field, the Prometheus text parsed back and checked against values recomputed from
-// the JSON lines, the ring of kept records, and the MESHRT_TRACE_* files written at exit by
-// in-process ranks and by Gloo processes.
+// dim, slices with their args, scope spans above them, ranks on one clock), its per-rank files
+// merged, JSON lines parsed back field by field, the Prometheus text parsed back and checked
+// against values recomputed from the JSON lines, the ring of kept records, and the MESHRT_TRACE_*
+// files written at exit by in-process ranks and by Gloo processes: promtool accepts the
+// Prometheus file, every export names size buckets and mesh dims alike, and the merged trace of
+// the training demo is valid trace-event JSON with scopes enclosing their ops.
 #include "trace/exports.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -13,6 +17,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -22,11 +27,16 @@
 #include "tests/process_harness.h"
 #include "trace/bandwidth.h"
 #include "trace/chrome_trace.h"
+#include "trace/comm_logger.h"
+#include "trace/labels.h"
 #include "trace/prometheus_export.h"
 #include "trace/scope.h"
 
 #ifndef MESHRT_MESH_DEMO
 #error "MESHRT_MESH_DEMO must name the mesh_demo binary"
+#endif
+#ifndef MESHRT_TP_MLP_TRAIN
+#error "MESHRT_TP_MLP_TRAIN must name the tp_mlp_train binary"
 #endif
 
 namespace meshrt {
@@ -69,6 +79,74 @@ std::vector<json> parse_lines(const std::string& text) {
   return lines;
 }
 
+// Checks what Perfetto and chrome://tracing need of a trace-event file: every event has ph, ts,
+// pid and tid; complete events have a duration; B/E pairs balance; and the slices of one track
+// nest (a slice that starts inside another ends inside it), within 1 ns of rounding.
+void check_trace_event_format(const json& trace) {
+  ASSERT_TRUE(trace.is_object() && trace.contains("traceEvents"));
+  ASSERT_TRUE(trace["traceEvents"].is_array());
+  std::map<std::pair<int64_t, int64_t>, std::vector<std::pair<double, double>>> slices;
+  std::map<std::pair<int64_t, int64_t>, std::vector<std::string>> open;  // B without its E.
+  for (const json& e : trace["traceEvents"]) {
+    ASSERT_TRUE(e.contains("ph") && e["ph"].is_string()) << e;
+    ASSERT_TRUE(e.contains("ts") && e["ts"].is_number()) << e;
+    ASSERT_TRUE(e.contains("pid") && e["pid"].is_number_integer()) << e;
+    ASSERT_TRUE(e.contains("tid") && e["tid"].is_number_integer()) << e;
+    const std::string ph = e["ph"];
+    const std::pair<int64_t, int64_t> track{e["pid"], e["tid"]};
+    if (ph == "X") {
+      ASSERT_TRUE(e.contains("dur") && e["dur"].is_number() && e["dur"].get<double>() >= 0) << e;
+      ASSERT_TRUE(e.contains("name") && e["name"].is_string()) << e;
+      slices[track].emplace_back(e["ts"].get<double>(),
+                                 e["ts"].get<double>() + e["dur"].get<double>());
+    } else if (ph == "B") {
+      open[track].push_back(e.value("name", ""));
+    } else if (ph == "E") {
+      ASSERT_FALSE(open[track].empty()) << "E without B: " << e;
+      open[track].pop_back();
+    } else {
+      ASSERT_EQ(ph, "M") << "meshrt writes X, B/E and M events only: " << e;
+      ASSERT_TRUE(e.contains("name") && e.contains("args")) << e;
+    }
+  }
+  for (const auto& [track, names] : open) EXPECT_TRUE(names.empty()) << "unbalanced B/E";
+  constexpr double kNsInUs = 1e-3;
+  for (auto& [track, list] : slices) {
+    // Enclosing slices first where slices start together.
+    std::sort(list.begin(), list.end(), [](const auto& a, const auto& b) {
+      return a.first != b.first ? a.first < b.first : a.second > b.second;
+    });
+    std::vector<double> ends;  // Of the slices enclosing the current one.
+    for (const auto& [begin, end] : list) {
+      while (!ends.empty() && ends.back() <= begin + kNsInUs) ends.pop_back();
+      if (!ends.empty()) {
+        EXPECT_LE(end, ends.back() + kNsInUs)
+            << "slice [" << begin << ", " << end << "] of pid " << track.first << " tid "
+            << track.second << " overlaps the one it starts in";
+      }
+      ends.push_back(end);
+    }
+  }
+}
+
+// Runs `promtool check metrics` on `path` and expects no complaint. promtool comes with Debian's
+// prometheus package, which .ci/install-deps.sh installs: without it the test fails.
+void expect_promtool_accepts(const std::string& path) {
+  ASSERT_EQ(std::system("command -v promtool > /dev/null 2>&1"), 0)
+      << "promtool not found: install Debian's prometheus package (bash .ci/install-deps.sh)";
+  const std::string cmd = "promtool check metrics < '" + path + "' 2>&1";
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(pipe, nullptr) << cmd;
+  std::string report;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), pipe)) > 0;) report.append(buf, n);
+  const int status = ::pclose(pipe);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << cmd << " exited with " << status << ":\n"
+      << report;
+  EXPECT_EQ(report, "") << cmd;
+}
+
 trace::ExportOptions enabled(size_t max_ops_per_rank = 100000) {
   trace::ExportOptions o;
   o.enabled = true;
@@ -108,7 +186,7 @@ class ExportsTest : public ::testing::Test {
     Exports::instance().reset();
   }
 
-  // The X events of the step, by pid and track name.
+  // The ops' X events of the step, by pid and track name.
   static std::map<int, std::map<std::string, std::vector<json>>> step_events(const json& trace) {
     std::map<std::pair<int, int>, std::string> tracks;
     for (const auto& e : trace["traceEvents"]) {
@@ -117,7 +195,7 @@ class ExportsTest : public ::testing::Test {
     }
     std::map<int, std::map<std::string, std::vector<json>>> out;
     for (const auto& e : trace["traceEvents"]) {
-      if (e["ph"] != "X" || e["args"]["scope"] != "step") continue;
+      if (e["ph"] != "X" || e["cat"] == "scope" || e["args"]["scope"] != "step") continue;
       out[e["pid"]][tracks.at({e["pid"], e["tid"]})].push_back(e);
     }
     return out;
@@ -197,6 +275,7 @@ void check_groups_overlap(const std::map<int, std::map<std::string, std::vector<
 
 TEST_F(ExportsTest, ChromeTraceHasAProcessPerRankAndATrackPerDim) {
   const json trace = json::parse(Exports::instance().render(ExportFormat::kChromeTrace));
+  check_trace_event_format(trace);
   EXPECT_EQ(trace["displayTimeUnit"], "ms");
   EXPECT_GT(trace["otherData"]["origin_wall_ns"].get<int64_t>(), 0);
   std::map<int, std::string> process_names;
@@ -213,17 +292,68 @@ TEST_F(ExportsTest, ChromeTraceHasAProcessPerRankAndATrackPerDim) {
   ASSERT_EQ(process_names.size(), 4u);
   for (int r = 0; r < kWorld; ++r) {
     EXPECT_EQ(process_names[r], "rank " + std::to_string(r));
-    EXPECT_EQ(names_by_pid[r], r < 2 ? (std::set<std::string>{"dp", "tp", "world"})
-                                     : (std::set<std::string>{"aa", "dp", "tp", "world"}));
+    EXPECT_EQ(names_by_pid[r],
+              r < 2 ? (std::set<std::string>{"user scopes", "dp", "tp", "world"})
+                    : (std::set<std::string>{"user scopes", "aa", "dp", "tp", "world"}));
   }
   for (const auto& [name, tids] : tids_by_name) EXPECT_EQ(tids.size(), 1u) << name;
-  EXPECT_EQ(tids_by_name.size(), 4u);
+  EXPECT_EQ(tids_by_name.size(), 5u);
+  // Scopes first: Perfetto draws them above the ops.
+  EXPECT_EQ(*tids_by_name.at("user scopes").begin(), 1);
   const auto events = step_events(trace);
   ASSERT_EQ(events.size(), 4u);
   for (int r = 0; r < kWorld; ++r) check_rank_events(r, events.at(r));
   check_groups_overlap(events, "tp", {0, 1});
   check_groups_overlap(events, "tp", {2, 3});
   check_groups_overlap(events, "dp", {0, 2});
+}
+
+// The scope spans of one trace, by pid (on its "user scopes" track).
+std::map<int, std::vector<json>> scope_spans(const json& trace) {
+  std::map<std::pair<int, int>, std::string> tracks;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "thread_name")
+      tracks[{e["pid"], e["tid"]}] = e["args"]["name"];
+  }
+  std::map<int, std::vector<json>> out;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] != "X" || e["cat"] != "scope") continue;
+    EXPECT_EQ(tracks.at({e["pid"], e["tid"]}), "user scopes") << e;
+    out[e["pid"]].push_back(e);
+  }
+  return out;
+}
+
+// Whether slice `outer` encloses slice `inner` (within 1 ns of rounding).
+bool encloses(const json& outer, const json& inner) {
+  const double begin = outer["ts"], end = begin + outer["dur"].get<double>();
+  const double in_begin = inner["ts"], in_end = in_begin + inner["dur"].get<double>();
+  return begin <= in_begin + 1e-3 && in_end <= end + 1e-3;
+}
+
+TEST_F(ExportsTest, ChromeTraceHasScopeSpansEnclosingTheirOps) {
+  const json trace = json::parse(Exports::instance().render(ExportFormat::kChromeTrace));
+  const auto spans = scope_spans(trace);
+  const auto events = step_events(trace);
+  ASSERT_EQ(spans.size(), 4u);
+  for (int r = 0; r < kWorld; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    // Mesh creation and the split ran outside any scope: the step is the only span.
+    ASSERT_EQ(spans.at(r).size(), 1u);
+    const json& step = spans.at(r)[0];
+    EXPECT_EQ(step["name"], "step / forward");
+    EXPECT_EQ(step["args"]["scope"], "step");
+    EXPECT_EQ(step["args"]["phase"], "forward");
+    EXPECT_EQ(step["args"]["ops"], 7);
+    size_t ops = 0;
+    for (const auto& [track, list] : events.at(r)) {
+      for (const json& op : list) {
+        EXPECT_TRUE(encloses(step, op)) << track << " " << op;
+        ++ops;
+      }
+    }
+    EXPECT_EQ(ops, 7u);
+  }
 }
 
 TEST_F(ExportsTest, PerRankFilesMergeIntoOneTrace) {
@@ -244,6 +374,7 @@ TEST_F(ExportsTest, PerRankFilesMergeIntoOneTrace) {
     check_rank_events(r, events.at(r));
   }
   const json merged = json::parse(trace::merge_chrome_traces(written));
+  check_trace_event_format(merged);
   std::set<int> pids;
   std::map<std::string, std::set<int>> tids_by_name;
   std::map<int, std::set<std::string>> names_by_tid;
@@ -258,7 +389,8 @@ TEST_F(ExportsTest, PerRankFilesMergeIntoOneTrace) {
   }
   EXPECT_EQ(pids, (std::set<int>{0, 1, 2, 3}));
   EXPECT_EQ(merged_x, x_events);
-  ASSERT_EQ(tids_by_name.size(), 4u);
+  ASSERT_EQ(tids_by_name.size(), 5u);
+  EXPECT_EQ(*tids_by_name.at("user scopes").begin(), 1);
   for (const auto& [name, tids] : tids_by_name) EXPECT_EQ(tids.size(), 1u) << name;
   for (const auto& [tid, names] : names_by_tid) EXPECT_EQ(names.size(), 1u) << tid;
   const auto events = step_events(merged);
@@ -280,28 +412,21 @@ TEST_F(ExportsTest, PerRankFilesMergeIntoOneTrace) {
   EXPECT_THROW(trace::merge_chrome_traces(missing), std::runtime_error);
 }
 
-const std::vector<std::string> kJsonlKeys = {"rank",           "comm",
-                                             "comm_uid",       "store_key",
-                                             "description",    "mesh_dim",
-                                             "backend",        "group_size",
-                                             "group_rank",     "op",
-                                             "dtype",          "reduce_op",
-                                             "collective_seq", "p2p_seq",
-                                             "op_seq",         "is_p2p",
-                                             "input_count",    "output_count",
-                                             "bytes",          "root_or_peer",
-                                             "timeout_ms",     "created_wall_ns",
-                                             "enqueue_ns",     "start_ns",
-                                             "end_ns",         "state",
-                                             "duration_us",    "algbw_gbps",
-                                             "busbw_gbps",     "scope",
-                                             "phase",          "thread_id",
-                                             "caller_file",    "caller_line"};
+const std::vector<std::string> kJsonlKeys = {
+    "rank",         "comm",        "comm_uid",        "store_key",  "description",
+    "mesh_dim",     "backend",     "group_size",      "group_rank", "op",
+    "dtype",        "reduce_op",   "collective_seq",  "p2p_seq",    "op_seq",
+    "is_p2p",       "input_count", "output_count",    "bytes",      "size_bucket",
+    "root_or_peer", "timeout_ms",  "created_wall_ns", "enqueue_ns", "start_ns",
+    "end_ns",       "state",       "duration_us",     "algbw_gbps", "busbw_gbps",
+    "scope",        "phase",       "setup",           "thread_id",  "caller_file",
+    "caller_line"};
 
 TEST_F(ExportsTest, JsonlHasOneLinePerOpWithEveryField) {
   TempDir dir("meshrt-exports-jsonl");
   ASSERT_EQ(Exports::instance().write(ExportFormat::kJsonl, dir.file("ops.jsonl")).size(), 1u);
   std::map<int, std::vector<json>> step;
+  std::map<int, int> setup;
   std::stringstream in(read_file(dir.file("ops.jsonl")));
   for (std::string text; std::getline(in, text);) {
     const nlohmann::ordered_json line = nlohmann::ordered_json::parse(text);
@@ -309,7 +434,15 @@ TEST_F(ExportsTest, JsonlHasOneLinePerOpWithEveryField) {
     for (auto it = line.begin(); it != line.end(); ++it) keys.push_back(it.key());
     ASSERT_EQ(keys, kJsonlKeys) << text;
     if (line["scope"] == "step") step[line["rank"]].push_back(json::parse(text));
+    if (line["setup"] == true) {
+      // meshrt's own: the mesh's agreement check and the splits (dp, tp, pair), on the world.
+      EXPECT_EQ(line["op"], "all_gather") << text;
+      EXPECT_EQ(line["comm"], "world") << text;
+      EXPECT_EQ(line["scope"], "") << text;
+      ++setup[line["rank"]];
+    }
   }
+  EXPECT_EQ(setup, (std::map<int, int>{{0, 4}, {1, 4}, {2, 4}, {3, 4}}));
   ASSERT_EQ(step.size(), 4u);
   for (int r = 0; r < kWorld; ++r) {
     SCOPED_TRACE("rank " + std::to_string(r));
@@ -328,8 +461,10 @@ TEST_F(ExportsTest, JsonlHasOneLinePerOpWithEveryField) {
     EXPECT_EQ(ar["is_p2p"], false);
     EXPECT_EQ(ar["input_count"], 16);
     EXPECT_EQ(ar["bytes"], 64);
+    EXPECT_EQ(ar["size_bucket"], "64-128B");
     EXPECT_EQ(ar["state"], "completed");
     EXPECT_EQ(ar["phase"], "forward");
+    EXPECT_EQ(ar["setup"], false);
     EXPECT_NE(ar["caller_file"].get<std::string>().find("exports_test.cc"), std::string::npos);
     EXPECT_GT(ar["caller_line"].get<int>(), 0);
     EXPECT_GT(ar["created_wall_ns"].get<int64_t>(), 0);
@@ -341,8 +476,10 @@ TEST_F(ExportsTest, JsonlHasOneLinePerOpWithEveryField) {
     EXPECT_EQ(ops[3]["op"], "all_gather");
     EXPECT_EQ(ops[3]["output_count"], 2000);
     EXPECT_EQ(ops[4]["mesh_dim"], "dp");
+    EXPECT_EQ(ops[4]["size_bucket"], "2-4KiB");  // 4000 B
     EXPECT_EQ(ops[5]["op"], "barrier");
-    EXPECT_TRUE(ops[5]["mesh_dim"].is_null());
+    EXPECT_EQ(ops[5]["mesh_dim"], "world");  // The default group, outside any mesh.
+    EXPECT_EQ(ops[5]["size_bucket"], "0B");
     EXPECT_EQ(ops[5]["comm"], "world");
     EXPECT_EQ(ops[5]["dtype"], "");
     if (r < 2) {
@@ -365,12 +502,23 @@ struct Sample {
   double value = 0;
 };
 
+// The family a sample belongs to: its name, or for a histogram's series the name without the
+// _bucket, _sum or _count suffix.
+std::string family_of(const std::string& name, const std::string& family,
+                      const std::map<std::string, std::string>& types) {
+  if (!types.count(family) || types.at(family) != "histogram") return name;
+  for (const char* suffix : {"_bucket", "_sum", "_count"}) {
+    if (name == family + suffix) return family;
+  }
+  return name;
+}
+
 // Parses the exposition format strictly: each family's HELP, then TYPE, then its samples, and
 // families never interleave.
 std::vector<Sample> parse_prometheus(const std::string& text,
                                      std::map<std::string, std::string>* types) {
   static const std::regex help(R"(# HELP ([a-zA-Z_:][a-zA-Z0-9_:]*) .+)");
-  static const std::regex type(R"(# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (gauge|counter))");
+  static const std::regex type(R"(# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (gauge|counter|histogram))");
   static const std::regex sample_head(R"(([a-zA-Z_:][a-zA-Z0-9_:]*)\{(.*)\} (\S+))");
   std::vector<Sample> samples;
   std::string family;
@@ -386,8 +534,8 @@ std::vector<Sample> parse_prometheus(const std::string& text,
       EXPECT_EQ(m[1], family) << "TYPE without its HELP: " << line;
       (*types)[m[1]] = m[2];
     } else if (std::regex_match(line, m, sample_head)) {
-      EXPECT_EQ(m[1], family) << "sample outside its family: " << line;
-      EXPECT_TRUE(types->count(m[1])) << "sample before its TYPE: " << line;
+      EXPECT_EQ(family_of(m[1], family, *types), family) << "sample outside its family: " << line;
+      EXPECT_TRUE(types->count(family)) << "sample before its TYPE: " << line;
       Sample s{m[1], {}, std::stod(m[3])};
       const std::string labels = m[2];
       size_t i = 0;
@@ -433,18 +581,22 @@ const Sample* find_sample(const std::vector<Sample>& samples, const std::string&
   return nullptr;
 }
 
-TEST_F(ExportsTest, PrometheusTextUsesInspectorNamesAndParsesBack) {
+TEST_F(ExportsTest, PrometheusTextUsesInspectorNamesInBaseUnitsAndParsesBack) {
+  TempDir dir("meshrt-exports-prom");
+  // Every rank, collectives and p2p ops: promtool accepts the whole file.
+  ASSERT_EQ(Exports::instance().write(ExportFormat::kPrometheus, dir.file("all.prom")).size(), 1u);
+  expect_promtool_accepts(dir.file("all.prom"));
   const std::vector<int> rank0 = {0};
   std::map<std::string, std::string> types;
   const auto samples =
       parse_prometheus(Exports::instance().render(ExportFormat::kPrometheus, rank0), &types);
-  EXPECT_EQ(types,
-            (std::map<std::string, std::string>{{"nccl_bus_bandwidth_gbs", "gauge"},
-                                                {"nccl_collective_exec_time_microseconds", "gauge"},
-                                                {"nccl_collectives_total", "counter"},
-                                                {"nccl_p2p_bus_bandwidth_gbs", "gauge"},
-                                                {"nccl_p2p_exec_time_microseconds", "gauge"},
-                                                {"nccl_p2p_total", "counter"}}));
+  EXPECT_EQ(types, (std::map<std::string, std::string>{
+                       {"nccl_bus_bandwidth_bytes_per_second", "gauge"},
+                       {"nccl_collective_exec_time_seconds", "histogram"},
+                       {"nccl_collectives_total", "counter"},
+                       {"nccl_p2p_bus_bandwidth_bytes_per_second", "gauge"},
+                       {"nccl_p2p_exec_time_seconds", "histogram"},
+                       {"nccl_p2p_total", "counter"}}));
   for (const Sample& s : samples) {
     const bool p2p = s.name.starts_with("nccl_p2p");
     std::set<std::string> keys;
@@ -453,52 +605,67 @@ TEST_F(ExportsTest, PrometheusTextUsesInspectorNamesAndParsesBack) {
                                   "n_nodes", "nranks",       "message_size", "rank", "mesh_dim"};
     want.insert(p2p ? "p2p_operation" : "collective");
     if (!p2p) want.insert("algo_proto");
+    if (s.name.ends_with("_bucket")) want.insert("le");
     EXPECT_EQ(keys, want) << s.name;
     EXPECT_EQ(s.labels.at("rank"), "0");
   }
   const std::map<std::string, std::string> tp_small = {
-      {"comm_name", "mesh0/tp"},  {"mesh_dim", "tp"}, {"collective", "AllReduce"},
-      {"message_size", "64-65B"}, {"nranks", "2"},    {"n_nodes", "1"},
+      {"comm_name", "mesh0/tp"},   {"mesh_dim", "tp"}, {"collective", "AllReduce"},
+      {"message_size", "64-128B"}, {"nranks", "2"},    {"n_nodes", "1"},
       {"algo_proto", "inproc"}};
   const Sample* count = find_sample(samples, "nccl_collectives_total", tp_small);
   ASSERT_NE(count, nullptr);
   EXPECT_EQ(count->value, 3);
-  // Inspector's values from the same ops' JSON lines: mean time, geometric mean of busbw.
-  double sum_us = 0, log_busbw = 0;
-  int n = 0;
+  // Inspector's values from the same ops' JSON lines, in base units: the time histogram, the
+  // geometric mean of busbw in bytes per second.
+  std::vector<double> seconds;
+  double log_busbw = 0;
   for (const auto& line : parse_lines(Exports::instance().render(ExportFormat::kJsonl, rank0))) {
     if (line["mesh_dim"] != "tp" || line["op"] != "all_reduce") continue;
-    sum_us += line["duration_us"].get<double>();
-    log_busbw += std::log(line["busbw_gbps"].get<double>());
-    ++n;
+    seconds.push_back(line["duration_us"].get<double>() / 1e6);
+    log_busbw += std::log(line["busbw_gbps"].get<double>() * 1e9);
   }
-  ASSERT_EQ(n, 3);
-  const Sample* time = find_sample(samples, "nccl_collective_exec_time_microseconds", tp_small);
-  ASSERT_NE(time, nullptr);
-  EXPECT_NEAR(time->value, sum_us / n, 1e-9 * sum_us);
-  const Sample* busbw = find_sample(samples, "nccl_bus_bandwidth_gbs", tp_small);
+  ASSERT_EQ(seconds.size(), 3u);
+  const double sum_s = std::accumulate(seconds.begin(), seconds.end(), 0.0);
+  const Sample* time_sum = find_sample(samples, "nccl_collective_exec_time_seconds_sum", tp_small);
+  ASSERT_NE(time_sum, nullptr);
+  EXPECT_NEAR(time_sum->value, sum_s, 1e-9 * sum_s);
+  EXPECT_EQ(find_sample(samples, "nccl_collective_exec_time_seconds_count", tp_small)->value, 3);
+  // Cumulative buckets: every `le` (in seconds) counts the ops that took at most that long.
+  std::map<std::string, std::string> le = tp_small;
+  for (double bound : trace::kExecTimeBucketsSeconds) {
+    le["le"] = fmt::format("{}", bound);
+    const Sample* bucket = find_sample(samples, "nccl_collective_exec_time_seconds_bucket", le);
+    ASSERT_NE(bucket, nullptr) << le["le"];
+    EXPECT_EQ(bucket->value,
+              std::count_if(seconds.begin(), seconds.end(), [&](double s) { return s <= bound; }))
+        << le["le"];
+  }
+  le["le"] = "+Inf";
+  EXPECT_EQ(find_sample(samples, "nccl_collective_exec_time_seconds_bucket", le)->value, 3);
+  const Sample* busbw = find_sample(samples, "nccl_bus_bandwidth_bytes_per_second", tp_small);
   ASSERT_NE(busbw, nullptr);
-  EXPECT_NEAR(busbw->value, std::exp(log_busbw / n), 1e-9 * busbw->value);
+  EXPECT_NEAR(busbw->value, std::exp(log_busbw / 3), 1e-9 * busbw->value);
   EXPECT_GT(busbw->value, 0.0);
 
   const Sample* gather = find_sample(samples, "nccl_collectives_total",
-                                     {{"collective", "AllGather"}, {"message_size", "7-8KB"}});
+                                     {{"collective", "AllGather"}, {"message_size", "4-8KiB"}});
   ASSERT_NE(gather, nullptr);
   EXPECT_EQ(gather->value, 1);
   const Sample* dp = find_sample(samples, "nccl_collectives_total",
-                                 {{"mesh_dim", "dp"}, {"message_size", "3-4KB"}});
+                                 {{"mesh_dim", "dp"}, {"message_size", "2-4KiB"}});
   ASSERT_NE(dp, nullptr);
   EXPECT_EQ(dp->value, 1);
   // Barrier: zero bytes, no busbw (left out of the mean, so the gauge reads 0).
   const std::map<std::string, std::string> barrier = {
-      {"collective", "Barrier"}, {"comm_name", "world"}, {"mesh_dim", ""}};
+      {"collective", "Barrier"}, {"comm_name", "world"}, {"mesh_dim", "world"}};
   ASSERT_NE(find_sample(samples, "nccl_collectives_total", barrier), nullptr);
-  EXPECT_EQ(find_sample(samples, "nccl_bus_bandwidth_gbs", barrier)->value, 0);
+  EXPECT_EQ(find_sample(samples, "nccl_bus_bandwidth_bytes_per_second", barrier)->value, 0);
   const Sample* send = find_sample(samples, "nccl_p2p_total",
-                                   {{"p2p_operation", "Send"}, {"message_size", "32-33B"}});
+                                   {{"p2p_operation", "Send"}, {"message_size", "32-64B"}});
   ASSERT_NE(send, nullptr);
   EXPECT_EQ(send->value, 1);
-  EXPECT_NE(find_sample(samples, "nccl_p2p_exec_time_microseconds", {{"p2p_operation", "Send"}}),
+  EXPECT_NE(find_sample(samples, "nccl_p2p_exec_time_seconds_count", {{"p2p_operation", "Send"}}),
             nullptr);
   const std::vector<int> rank1 = {1};
   std::map<std::string, std::string> types1;
@@ -508,12 +675,24 @@ TEST_F(ExportsTest, PrometheusTextUsesInspectorNamesAndParsesBack) {
             nullptr);
 }
 
-TEST(PrometheusLabels, InspectorSizeRangesNamesAndEscapes) {
-  const std::pair<uint64_t, const char*> sizes[] = {
-      {0, "0B"},       {1, "1-2B"},         {1023, "1023-1024B"},       {1024, "1-2KB"},
-      {4000, "3-4KB"}, {8u << 20, "8-9MB"}, {(5ull << 30) + 1, "5-6GB"}};
-  for (const auto& [bytes, label] : sizes) EXPECT_EQ(trace::message_size_range(bytes), label);
-  EXPECT_EQ(trace::message_size_range_bytes(4000), 3072u);
+TEST(ExportLabels, SizeBucketsAndMeshDims) {
+  const std::pair<uint64_t, const char*> sizes[] = {{0, "0B"},
+                                                    {1, "1-2B"},
+                                                    {3, "2-4B"},
+                                                    {700, "512B-1KiB"},
+                                                    {1024, "1-2KiB"},
+                                                    {4000, "2-4KiB"},
+                                                    {3u << 20, "2-4MiB"},
+                                                    {(5ull << 30) + 1, "4-8GiB"},
+                                                    {~uint64_t{0}, "8-16EiB"}};
+  for (const auto& [bytes, label] : sizes) EXPECT_EQ(trace::size_bucket_label(bytes), label);
+  trace::CommInfo world;
+  world.name = "world";
+  EXPECT_EQ(trace::mesh_dim_label(world), "world");
+  trace::CommInfo tp;
+  tp.name = "mesh0/tp";
+  tp.mesh_dim = "tp";
+  EXPECT_EQ(trace::mesh_dim_label(tp), "tp");
   EXPECT_EQ(trace::nccl_op_name("all_reduce"), "AllReduce");
   EXPECT_EQ(trace::nccl_op_name("reduce_scatter"), "ReduceScatter");
   EXPECT_EQ(trace::nccl_op_name("send"), "Send");
@@ -531,9 +710,11 @@ TEST(PrometheusLabels, OddCommunicatorNamesAreEscapedAndParseBack) {
     std::vector<float> x(4);
     odd->all_reduce(view(x))->wait();
   });
+  TempDir dir("meshrt-exports-odd");
+  ASSERT_EQ(Exports::instance().write(ExportFormat::kPrometheus, dir.file("odd.prom")).size(), 1u);
+  expect_promtool_accepts(dir.file("odd.prom"));
   std::map<std::string, std::string> types;
-  const auto samples =
-      parse_prometheus(Exports::instance().render(ExportFormat::kPrometheus), &types);
+  const auto samples = parse_prometheus(read_file(dir.file("odd.prom")), &types);
   const Sample* s = find_sample(samples, "nccl_collectives_total",
                                 {{"comm_name", "we\"ird\\name"}, {"mesh_dim", "d\nim"}});
   ASSERT_NE(s, nullptr);
@@ -603,6 +784,7 @@ void check_env_files(const TempDir& dir, bool combined_prometheus) {
   for (int r = 0; r < kWorld; ++r) {
     SCOPED_TRACE("rank " + std::to_string(r));
     const json trace = json::parse(read_file(dir.file("trace_" + std::to_string(r) + ".json")));
+    check_trace_event_format(trace);
     std::set<std::string> tracks;
     for (const auto& e : trace["traceEvents"]) {
       EXPECT_EQ(e["pid"], r);
@@ -617,9 +799,10 @@ void check_env_files(const TempDir& dir, bool combined_prometheus) {
     }
     EXPECT_EQ(tp, 1);
     if (!combined_prometheus) {
+      const std::string path = dir.file("metrics_" + std::to_string(r) + ".prom");
+      expect_promtool_accepts(path);
       std::map<std::string, std::string> types;
-      const auto samples =
-          parse_prometheus(read_file(dir.file("metrics_" + std::to_string(r) + ".prom")), &types);
+      const auto samples = parse_prometheus(read_file(path), &types);
       const Sample* s = find_sample(samples, "nccl_collectives_total",
                                     {{"mesh_dim", "tp"}, {"rank", std::to_string(r)}});
       ASSERT_NE(s, nullptr);
@@ -627,6 +810,7 @@ void check_env_files(const TempDir& dir, bool combined_prometheus) {
     }
   }
   if (combined_prometheus) {
+    expect_promtool_accepts(dir.file("metrics.prom"));
     std::map<std::string, std::string> types;
     const auto samples = parse_prometheus(read_file(dir.file("metrics.prom")), &types);
     for (int r = 0; r < kWorld; ++r) {
@@ -683,6 +867,127 @@ TEST(ExportsEnv, GlooProcessesWriteFilesThatMergeOnOneClock) {
   check_groups_overlap(events, "tp", {2, 3});
   check_groups_overlap(events, "dp", {0, 2});
   check_groups_overlap(events, "world", {0, 3});
+}
+
+// Ops of one rank on one mesh dim, of one kind (NCCL's spelling), in one size bucket.
+using OpGroup = std::tuple<int, std::string, std::string, std::string>;
+
+TEST(ExportsEnv, EveryExportNamesBucketsAndDimsAlike) {
+  TempDir dir("meshrt-exports-labels");
+  const std::string cmd =
+      "MESHRT_TRACE_CHROME='" + dir.file("trace.json") + "' MESHRT_TRACE_JSONL='" +
+      dir.file("ops.jsonl") + "' MESHRT_TRACE_PROMETHEUS='" + dir.file("metrics.prom") +
+      "' MESHRT_COMMS_SUMMARY='" + dir.file("comms_{rank}.json") + "' timeout 60 " +
+      MESHRT_MESH_DEMO + " --mesh 2x2 --names dp,tp --backend inproc --world 4";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  // Op counts per group, as each export tells them.
+  std::map<OpGroup, double> chrome, jsonl, prometheus, comms;
+  const json trace = json::parse(read_file(dir.file("trace.json")));
+  for (const json& e : trace["traceEvents"]) {
+    if (e["ph"] != "X" || e["cat"] == "scope") continue;
+    EXPECT_EQ(e["cat"], e["args"]["mesh_dim"]);
+    ++chrome[{e["pid"], e["args"]["mesh_dim"], trace::nccl_op_name(e["name"].get<std::string>()),
+              e["args"]["size_bucket"]}];
+  }
+  for (const json& line : parse_lines(read_file(dir.file("ops.jsonl")))) {
+    ++jsonl[{line["rank"], line["mesh_dim"], trace::nccl_op_name(line["op"].get<std::string>()),
+             line["size_bucket"]}];
+  }
+  std::map<std::string, std::string> types;
+  for (const Sample& s : parse_prometheus(read_file(dir.file("metrics.prom")), &types)) {
+    if (s.name != "nccl_collectives_total" && s.name != "nccl_p2p_total") continue;
+    const std::string op =
+        s.labels.count("collective") ? s.labels.at("collective") : s.labels.at("p2p_operation");
+    prometheus[{std::stoi(s.labels.at("rank")), s.labels.at("mesh_dim"), op,
+                s.labels.at("message_size")}] += s.value;
+  }
+  for (int r = 0; r < kWorld; ++r) {
+    const json summary = json::parse(read_file(dir.file("comms_" + std::to_string(r) + ".json")));
+    for (const json& row : summary["rows"]) {
+      comms[{r, row["mesh_dim"], trace::nccl_op_name(row["op"].get<std::string>()),
+             row["size_bucket"]}] += row["count"].get<double>();
+    }
+  }
+  // Every rank: setup all_gathers and a barrier on the world, a 136 B all_reduce per dim.
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_EQ(jsonl.count({r, "world", "Barrier", "0B"}), 1u);
+    EXPECT_EQ(jsonl.count({r, "tp", "AllReduce", "128-256B"}), 1u);
+    EXPECT_EQ(jsonl.count({r, "dp", "AllReduce", "128-256B"}), 1u);
+  }
+  EXPECT_EQ(chrome, jsonl);
+  EXPECT_EQ(prometheus, jsonl);
+  EXPECT_EQ(comms, jsonl);
+}
+
+TEST(ExportsEnv, TrainingTraceMergesIntoAValidTraceWithScopesAboveOps) {
+  TempDir dir("meshrt-exports-train");
+  const auto results =
+      testing::run_ranks({MESHRT_TP_MLP_TRAIN, "--mesh", "2x2"}, kWorld, std::chrono::seconds(120),
+                         {{"MESHRT_TRACE_CHROME", dir.file("trace_{rank}.json")}});
+  for (int r = 0; r < kWorld; ++r) ASSERT_EQ(results[r].exit_code, 0) << results[r].output;
+  // As README.md tells users: merge with meshtrace, then open in Perfetto.
+  std::string cmd = std::string(MESHRT_MESHTRACE) + " merge-chrome";
+  for (int r = 0; r < kWorld; ++r)
+    cmd += " '" + dir.file("trace_" + std::to_string(r) + ".json") + "'";
+  cmd += " -o '" + dir.file("merged.json") + "'";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const json merged = json::parse(read_file(dir.file("merged.json")));
+  check_trace_event_format(merged);
+
+  std::map<int, std::map<std::string, int>> sort_index;  // pid -> track name -> index
+  std::map<std::pair<int, int>, std::string> tracks;
+  for (const auto& e : merged["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "thread_name") {
+      tracks[{e["pid"], e["tid"]}] = e["args"]["name"];
+    }
+  }
+  for (const auto& e : merged["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "thread_sort_index") {
+      sort_index[e["pid"]][tracks.at({e["pid"], e["tid"]})] = e["args"]["sort_index"];
+    }
+  }
+  const auto spans = scope_spans(merged);
+  ASSERT_EQ(spans.size(), 4u);
+  for (int r = 0; r < kWorld; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    // Scopes above the ops: the lowest sort index of the rank's tracks.
+    const auto& mine = sort_index.at(r);
+    for (const auto& [name, index] : mine) {
+      if (name != "user scopes") {
+        EXPECT_LT(mine.at("user scopes"), index) << name;
+      }
+    }
+    std::map<std::string, int> names;
+    uint64_t span_ops = 0;
+    for (const json& s : spans.at(r)) {
+      ++names[s["name"]];
+      span_ops += s["args"]["ops"].get<uint64_t>();
+    }
+    // One span per scope per step (60 steps): the leaves of the demo's scopes.
+    EXPECT_EQ(names,
+              (std::map<std::string, int>{
+                  {"MLP.fc1 / backward", 60}, {"MLP.fc2 / forward", 60}, {"optimizer", 60}}));
+    uint64_t scoped_ops = 0;
+    int setup_ops = 0;
+    for (const auto& e : merged["traceEvents"]) {
+      if (e["pid"] != r || e["ph"] != "X" || e["cat"] == "scope") continue;
+      const bool inside = std::any_of(spans.at(r).begin(), spans.at(r).end(), [&](const json& s) {
+        return s["args"]["scope"] == e["args"]["scope"] && encloses(s, e);
+      });
+      if (e["args"]["scope"] == "") {
+        // Outside any scope: mesh creation's all_gathers, meshrt's own.
+        EXPECT_EQ(e["name"], "all_gather") << e;
+        EXPECT_EQ(e["args"]["setup"], true) << e;
+        ++setup_ops;
+      } else {
+        EXPECT_TRUE(inside) << "no span of its scope encloses " << e;
+        ++scoped_ops;
+      }
+    }
+    EXPECT_EQ(setup_ops, 3);  // The mesh's agreement check and one split per dim.
+    EXPECT_EQ(scoped_ops, 4u * 60);
+    EXPECT_EQ(span_ops, scoped_ops);
+  }
 }
 
 }  // namespace

@@ -1,12 +1,17 @@
 // Chrome trace JSON (opens in Perfetto and chrome://tracing) of op records: one process per rank,
-// one thread (track) per mesh dim, or per communicator for ops outside a mesh, and one complete
-// ("X") event per op, named by the op, category the track, with args comm, mesh_dim, seq (the
-// collective or p2p sequence number), op_seq, bytes, dtype, reduce_op, root_or_peer, group_size,
-// scope, phase, state, queued_us, algbw_gbps, busbw_gbps, caller.
+// one thread (track) per mesh dim (mesh_dim_label(): "world" for the default group, a
+// communicator's name outside any mesh), and one complete ("X") event per op, named by the op,
+// category the track, with args comm, mesh_dim, seq (the collective or p2p sequence number),
+// op_seq, bytes, size_bucket (size_bucket_label()), dtype, reduce_op, root_or_peer, group_size,
+// scope, phase, setup (issued by meshrt itself), state, queued_us, algbw_gbps, busbw_gbps, caller.
+// Above them, a "user scopes" track per rank (one per thread that issued ops) holds the
+// trace::Scope spans the ops were issued in ("MLP.fc2 / forward", category "scope", args scope,
+// phase, ops), nested as the scopes were and enclosing their ops.
 //
 // Times are microseconds of wall-clock time since otherData.origin_wall_ns (a whole second), so
 // traces written by different processes line up when merged; within a process, steady-clock times
-// map to the wall clock by one offset, so consecutive ops on a track never overlap.
+// map to the wall clock by one offset, so consecutive ops on a track never overlap. Every event
+// has ph, ts, pid and tid (metadata at ts 0).
 #pragma once
 
 #include <cstdint>

@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
+#include <span>
 #include <sstream>
 
 #include "trace/atomic_file.h"
@@ -24,15 +26,20 @@ double percentile_ms(std::vector<int64_t> samples, double q) {
   return samples[k] / 1e6;
 }
 
-std::string human_bytes(uint64_t b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB"};
-  double v = static_cast<double>(b);
-  int u = 0;
-  while (v >= 1024 && u < 3) {
-    v /= 1024;
+// `value` in the largest of `units` (each `step` times the previous) that keeps it >= 1, to three
+// significant digits without trailing zeros: "3", "3.91", "12.5", "640".
+std::string with_unit(double value, double step, std::span<const char* const> units) {
+  size_t u = 0;
+  while (value >= step && u + 1 < units.size()) {
+    value /= step;
     ++u;
   }
-  return u == 0 ? fmt::format("{} B", b) : fmt::format("{:.0f} {}", v, units[u]);
+  std::string digits = fmt::format("{:.{}f}", value, value >= 100 ? 0 : value >= 10 ? 1 : 2);
+  if (digits.find('.') != std::string::npos) {
+    digits.erase(digits.find_last_not_of('0') + 1);
+    if (digits.back() == '.') digits.pop_back();
+  }
+  return fmt::format("{} {}", digits, units[u]);
 }
 
 void write_at_exit() {
@@ -43,9 +50,14 @@ void write_at_exit() {
 
 }  // namespace
 
-uint64_t size_bucket(uint64_t bytes) {
-  if (bytes == 0) return 0;
-  return uint64_t{1} << (63 - __builtin_clzll(bytes));
+std::string format_bytes(double bytes) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  return with_unit(bytes, 1024, kUnits);
+}
+
+std::string format_bandwidth(double gbps) {
+  static constexpr const char* kUnits[] = {"B/s", "KB/s", "MB/s", "GB/s", "TB/s"};
+  return gbps > 0 ? with_unit(gbps * 1e9, 1000, kUnits) : "-";
 }
 
 CommLogger& CommLogger::instance() {
@@ -99,7 +111,7 @@ void CommLogger::on_end(const OpRecord& r) {
   {
     std::lock_guard lock(mu_);
     if (!options_.enabled || !active_ || !selected(r.op)) return;
-    Row& row = rows_[Key{r.comm->global_rank, r.comm->uid, r.kind, size_bucket(r.bytes)}];
+    Row& row = rows_[Key{r.comm->global_rank, r.comm->uid, r.setup, r.kind, size_bucket(r.bytes)}];
     if (!row.comm) {
       row.comm = r.comm;
       row.samples_ns.reserve(kSamples);
@@ -132,25 +144,27 @@ void CommLogger::on_end(const OpRecord& r) {
 }
 
 std::vector<SummaryRow> CommLogger::summary(int global_rank) const {
-  std::map<std::tuple<std::string, std::string, OpKind, int, uint64_t>, SummaryRow> merged;
-  std::map<std::tuple<std::string, std::string, OpKind, int, uint64_t>,
-           std::pair<std::vector<int64_t>, uint64_t>>
-      samples;  // Communicators of one dim (e.g. two meshes) merge into one row.
+  // Communicators of one dim (e.g. two meshes) merge into one row; a communicator outside any
+  // mesh stays apart from a dim of the same name. Program rows sort before setup rows.
+  using MergeKey = std::tuple<bool, std::string, bool, OpKind, int, uint64_t>;
+  std::map<MergeKey, SummaryRow> merged;
+  std::map<MergeKey, std::pair<std::vector<int64_t>, uint64_t>> samples;  // Latencies, bytes.
   {
     std::lock_guard lock(mu_);
     for (const auto& [key, row] : rows_) {
       if (key.global_rank != global_rank) continue;
       const int n = static_cast<int>(row.comm->global_ranks.size());
-      const auto k =
-          std::make_tuple(row.comm->mesh_dim, row.comm->mesh_dim.empty() ? row.comm->name : "",
-                          key.kind, n, key.bucket);
+      const MergeKey k{
+          key.setup, mesh_dim_label(*row.comm), row.comm->mesh_dim.empty(), key.kind, n,
+          key.bucket};
       SummaryRow& s = merged[k];
-      s.mesh_dim = row.comm->mesh_dim;
+      s.mesh_dim = mesh_dim_label(*row.comm);
       s.comm = s.comm.empty() ? row.comm->name : s.comm;
       s.op = std::string(op_kind_name(key.kind));
       s.kind = key.kind;
+      s.setup = key.setup;
       s.group_size = n;
-      s.bytes = key.bucket;
+      s.bucket_bytes = key.bucket;
       s.count += row.count;
       s.total_ms += row.total_ns / 1e6;
       auto& [all, bytes] = samples[k];
@@ -164,8 +178,8 @@ std::vector<SummaryRow> CommLogger::summary(int global_rank) const {
     s.avg_ms = s.count ? s.total_ms / s.count : 0;
     s.p50_ms = percentile_ms(all, 0.50);
     s.p99_ms = percentile_ms(all, 0.99);
-    const double mean_bytes = s.count ? static_cast<double>(bytes) / s.count : 0;
-    s.algbw_gbps = algbw_gbps(static_cast<uint64_t>(mean_bytes), s.avg_ms * 1e3);
+    s.mean_bytes = s.count ? static_cast<double>(bytes) / s.count : 0;
+    s.algbw_gbps = algbw_gbps(static_cast<uint64_t>(s.mean_bytes), s.avg_ms * 1e3);
     s.busbw_gbps = s.algbw_gbps * bus_factor(s.kind, s.group_size);
     out.push_back(std::move(s));
   }
@@ -181,19 +195,35 @@ std::vector<int> CommLogger::ranks() const {
 
 std::string CommLogger::summary_table(int global_rank) const {
   const auto rows = summary(global_rank);
-  std::string out =
-      fmt::format("{:<10} {:<16} {:>5} {:>10} {:>8} {:>11} {:>10} {:>10} {:>10} {:>11} {:>11}\n",
-                  "mesh dim", "op", "group", "size", "count", "total ms", "avg ms", "p50 ms",
-                  "p99 ms", "algbw GB/s", "busbw GB/s");
-  std::string last_dim = "\x01";
+  size_t dim_width = 10;  // Names of communicators outside a mesh can be long.
+  for (const auto& r : rows) dim_width = std::max(dim_width, r.mesh_dim.size());
+  const auto line = [&](std::string_view dim, std::string_view op, auto group,
+                        std::string_view size, auto count, auto total, auto avg, auto p50, auto p99,
+                        std::string_view algbw, std::string_view busbw) {
+    return fmt::format(
+        "{:<{}} {:<16} {:>5} {:>10} {:>8} {:>11} {:>10} {:>10} {:>10} {:>11} {:>11}\n", dim,
+        dim_width, op, group, size, count, total, avg, p50, p99, algbw, busbw);
+  };
+  std::string out = line("mesh dim", "op", "group", "size", "count", "total ms", "avg ms", "p50 ms",
+                         "p99 ms", "algbw", "busbw");
+  // The previous row: a dim is shown once per run of rows, and again after the setup heading.
+  const SummaryRow* previous = nullptr;
+  bool in_setup = false;
   for (const auto& r : rows) {
-    const std::string dim = r.mesh_dim.empty() ? r.comm : r.mesh_dim;
-    out += fmt::format(
-        "{:<10} {:<16} {:>5} {:>10} {:>8} {:>11.3f} {:>10.3f} {:>10.3f} {:>10.3f} {:>11.3f} "
-        "{:>11.3f}\n",
-        dim == last_dim ? "" : dim, r.op, r.group_size, human_bytes(r.bytes), r.count, r.total_ms,
-        r.avg_ms, r.p50_ms, r.p99_ms, r.algbw_gbps, r.busbw_gbps);
-    last_dim = dim;
+    if (r.setup && !in_setup) {
+      // Users see all_gathers they never wrote: say where they come from.
+      out +=
+          "setup: ops meshrt ran itself to create communicators (split) and meshes "
+          "(init_device_mesh)\n";
+      in_setup = true;
+      previous = nullptr;
+    }
+    const bool same_dim = previous != nullptr && previous->mesh_dim == r.mesh_dim;
+    out += line(same_dim ? "" : r.mesh_dim, r.op, r.group_size, format_bytes(r.mean_bytes), r.count,
+                fmt::format("{:.3f}", r.total_ms), fmt::format("{:.3f}", r.avg_ms),
+                fmt::format("{:.3f}", r.p50_ms), fmt::format("{:.3f}", r.p99_ms),
+                format_bandwidth(r.algbw_gbps), format_bandwidth(r.busbw_gbps));
+    previous = &r;
   }
   return out;
 }
@@ -201,12 +231,14 @@ std::string CommLogger::summary_table(int global_rank) const {
 std::string CommLogger::summary_json(int global_rank) const {
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   for (const auto& r : summary(global_rank)) {
-    rows.push_back({{"mesh_dim", r.mesh_dim.empty() ? nlohmann::ordered_json(nullptr)
-                                                    : nlohmann::ordered_json(r.mesh_dim)},
+    rows.push_back({{"mesh_dim", r.mesh_dim},
                     {"comm", r.comm},
                     {"op", r.op},
+                    {"setup", r.setup},
                     {"group_size", r.group_size},
-                    {"bytes", r.bytes},
+                    {"size_bucket", size_bucket_label(r.bucket_bytes)},
+                    {"bucket_bytes", r.bucket_bytes},
+                    {"mean_bytes", r.mean_bytes},
                     {"count", r.count},
                     {"total_ms", r.total_ms},
                     {"avg_ms", r.avg_ms},

@@ -12,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "trace/labels.h"
 #include "trace/tracer.h"
 
 namespace meshrt::trace {
@@ -25,14 +26,17 @@ struct CommLoggerOptions {
 };
 
 // One row of the summary: ops of one rank on one mesh dim (or communicator), of one kind, in one
-// message-size bucket (a power of two).
+// message-size bucket (size_bucket()), issued by the program or by meshrt's setup.
 struct SummaryRow {
-  std::string mesh_dim;  // Empty for a communicator outside any mesh (then `comm` names it).
+  std::string mesh_dim;  // mesh_dim_label(): the communicator's name outside any mesh ("world").
   std::string comm;
   std::string op;  // op_kind_name(kind)
   OpKind kind = OpKind::kBarrier;
+  bool setup = false;  // meshrt's own ops (OpRecord::setup): split's and mesh creation's exchanges.
   int group_size = 0;
-  uint64_t bytes = 0;  // Bucket: the largest power of two <= the message size.
+  uint64_t bucket_bytes =
+      0;                  // size_bucket() of the ops: groups them; size_bucket_label() names it.
+  double mean_bytes = 0;  // The ops' mean message size: what the table shows.
   uint64_t count = 0;
   double total_ms = 0;
   double avg_ms = 0;
@@ -59,11 +63,13 @@ class CommLogger : public Sink {
   void stop();
   void reset();
 
-  // Rows for `global_rank`, sorted by mesh dim, op, bytes.
+  // Rows for `global_rank`: the program's, then meshrt's setup rows, each sorted by mesh dim, op
+  // and size bucket.
   std::vector<SummaryRow> summary(int global_rank) const;
   // Ranks that recorded something in this process.
   std::vector<int> ranks() const;
-  // The summary as an aligned text table, and as one JSON object {"rank", "rows": [...]}.
+  // The summary as an aligned text table (mean sizes and bandwidths in adaptive units; setup rows
+  // in a section of their own), and as one JSON object {"rank", "rows": [...]}.
   std::string summary_table(int global_rank) const;
   std::string summary_json(int global_rank) const;
   // Writes each rank's JSON summary to `path_pattern` with "{rank}" replaced, atomically (temp
@@ -78,6 +84,7 @@ class CommLogger : public Sink {
   struct Key {
     int global_rank;
     uint64_t comm_uid;
+    bool setup;
     OpKind kind;
     uint64_t bucket;
     auto operator<=>(const Key&) const = default;
@@ -98,7 +105,11 @@ class CommLogger : public Sink {
   std::map<Key, Row> rows_;
 };
 
-// Largest power of two <= bytes (0 for 0).
-uint64_t size_bucket(uint64_t bytes);
+// A byte count to three significant digits in 1024-based units: 3072 -> "3 KiB",
+// 4000 -> "3.91 KiB", 64 -> "64 B".
+std::string format_bytes(double bytes);
+// A bandwidth given in GB/s to three significant digits in 1000-based units (nccl-tests' GB/s):
+// 0.00123 -> "1.23 MB/s", 12.5 -> "12.5 GB/s"; "-" for 0 (a barrier moves no bytes).
+std::string format_bandwidth(double gbps);
 
 }  // namespace meshrt::trace

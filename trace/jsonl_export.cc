@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "trace/bandwidth.h"
+#include "trace/labels.h"
 
 namespace meshrt::trace {
 
@@ -19,7 +20,7 @@ void append_jsonl(const OpRecord& r, std::string& out) {
                      {"comm_uid", c.uid},
                      {"store_key", c.store_key},
                      {"description", c.description},
-                     {"mesh_dim", c.mesh_dim.empty() ? Json(nullptr) : Json(c.mesh_dim)},
+                     {"mesh_dim", mesh_dim_label(c)},
                      {"backend", c.backend},
                      {"group_size", n},
                      {"group_rank", c.rank},
@@ -33,6 +34,7 @@ void append_jsonl(const OpRecord& r, std::string& out) {
                      {"input_count", r.input_count},
                      {"output_count", r.output_count},
                      {"bytes", r.bytes},
+                     {"size_bucket", size_bucket_label(r.bytes)},
                      {"root_or_peer", r.root_or_peer},
                      {"timeout_ms", r.timeout_ms},
                      {"created_wall_ns", r.created_wall_ns},
@@ -45,6 +47,7 @@ void append_jsonl(const OpRecord& r, std::string& out) {
                      {"busbw_gbps", busbw_gbps(r.kind, n, r.bytes, us)},
                      {"scope", scope->path},
                      {"phase", phase_name(scope->phase)},
+                     {"setup", r.setup},
                      {"thread_id", r.thread_id},
                      {"caller_file", r.caller_file},
                      {"caller_line", r.caller_line}};

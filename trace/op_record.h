@@ -115,6 +115,9 @@ struct OpRecord {
   uint64_t thread_id = 0;            // The enqueuing thread (a hash of its std::thread::id).
   const char* caller_file = "";      // Where the op was called (static storage).
   uint32_t caller_line = 0;
+  // Issued by meshrt itself to set up communicators (split's exchange, DeviceMesh's agreement
+  // check), not by the program: reports set these apart (trace::SetupOps marks them).
+  bool setup = false;
   std::string error;  // The failure's message once state is kFailed; empty otherwise.
   // Debug mode only (null otherwise): written by the runtime before the event that shows it.
   std::shared_ptr<DebugStats> debug;

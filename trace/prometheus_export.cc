@@ -10,22 +10,10 @@
 
 #include "meshrt_config.h"
 #include "trace/bandwidth.h"
+#include "trace/labels.h"
 
 namespace meshrt::trace {
 namespace {
-
-constexpr const char* kUnits[] = {"B", "KB", "MB", "GB", "TB"};
-
-// The unit index and the whole number of units of `bytes` (Inspector's bucketing).
-std::pair<int, uint64_t> whole_units(uint64_t bytes) {
-  int unit = 0;
-  uint64_t scale = 1;
-  while (bytes / scale >= 1024 && unit < 4) {
-    scale *= 1024;
-    ++unit;
-  }
-  return {unit, bytes / scale};
-}
 
 std::string host_name() {
   char name[256] = {};
@@ -43,32 +31,24 @@ struct Family {
   Value value;
 };
 
+// Inspector's names with its units (GB/s, microseconds) replaced by base units: promtool rejects
+// "microseconds", and Prometheus wants bytes, not gigabytes (see the class comment).
 constexpr Family kFamilies[] = {
-    {"nccl_bus_bandwidth_gbs", "gauge",
-     "Collective bus bandwidth in GB/s (nccl-tests busbw on the op's group, geometric mean)", false,
-     Value::kBusbw},
-    {"nccl_collective_exec_time_microseconds", "gauge",
-     "Collective execution time in microseconds (mean)", false, Value::kExecTime},
+    {"nccl_bus_bandwidth_bytes_per_second", "gauge",
+     "Collective bus bandwidth in bytes per second (nccl-tests busbw on the op's group, geometric "
+     "mean)",
+     false, Value::kBusbw},
+    {"nccl_collective_exec_time_seconds", "histogram",
+     "Collective execution time in seconds, from start to completion", false, Value::kExecTime},
     {"nccl_collectives_total", "counter", "Collectives completed", false, Value::kCount},
-    {"nccl_p2p_bus_bandwidth_gbs", "gauge", "Point-to-point bus bandwidth in GB/s (geometric mean)",
-     true, Value::kBusbw},
-    {"nccl_p2p_exec_time_microseconds", "gauge",
-     "Point-to-point execution time in microseconds (mean)", true, Value::kExecTime},
+    {"nccl_p2p_bus_bandwidth_bytes_per_second", "gauge",
+     "Point-to-point bus bandwidth in bytes per second (geometric mean)", true, Value::kBusbw},
+    {"nccl_p2p_exec_time_seconds", "histogram",
+     "Point-to-point execution time in seconds, from start to completion", true, Value::kExecTime},
     {"nccl_p2p_total", "counter", "Point-to-point operations completed", true, Value::kCount},
 };
 
 }  // namespace
-
-std::string message_size_range(uint64_t bytes) {
-  if (bytes == 0) return "0B";
-  const auto [unit, whole] = whole_units(bytes);
-  return fmt::format("{}-{}{}", whole, whole + 1, kUnits[unit]);
-}
-
-uint64_t message_size_range_bytes(uint64_t bytes) {
-  const auto [unit, whole] = whole_units(bytes);
-  return whole << (10 * unit);
-}
 
 std::string nccl_op_name(std::string_view op) {
   std::string out;
@@ -103,19 +83,21 @@ std::string escape_label_value(std::string_view value) {
 
 void PrometheusMetrics::add(const OpRecord& r) {
   if (r.state != OpState::kCompleted || !r.comm) return;
-  Series& s =
-      series_[Key{r.comm->global_rank, r.comm->uid, r.op, message_size_range_bytes(r.bytes)}];
+  Series& s = series_[Key{r.comm->global_rank, r.comm->uid, r.op, size_bucket(r.bytes)}];
   if (!s.comm) {
     s.comm = r.comm;
     s.is_p2p = r.is_p2p;
   }
-  const double us = (r.end_ns - r.start_ns) / 1e3;
+  const double seconds = (r.end_ns - r.start_ns) / 1e9;
   ++s.count;
-  s.exec_time_sum_us += us;
+  s.exec_time_sum_seconds += seconds;
+  const auto bucket =
+      std::lower_bound(kExecTimeBucketsSeconds.begin(), kExecTimeBucketsSeconds.end(), seconds);
+  ++s.exec_time_buckets[bucket - kExecTimeBucketsSeconds.begin()];
   const double busbw =
-      busbw_gbps(r.kind, static_cast<int>(r.comm->global_ranks.size()), r.bytes, us);
+      busbw_gbps(r.kind, static_cast<int>(r.comm->global_ranks.size()), r.bytes, seconds * 1e6);
   if (busbw > 0) {
-    s.busbw_log_sum += std::log(busbw);
+    s.busbw_log_sum += std::log(busbw * 1e9);
     ++s.busbw_count;
   }
 }
@@ -140,10 +122,10 @@ std::string PrometheusMetrics::text(std::span<const int> ranks) const {
         fmt::format(R"({},comm_name="{}",n_nodes="{}",nranks="{}",{}="{}",message_size="{}",)",
                     common, escape_label_value(c.name), c.backend == "inproc" ? "1" : "unknown",
                     c.global_ranks.size(), is_p2p ? "p2p_operation" : "collective",
-                    nccl_op_name(key.op), message_size_range(key.size_range_bytes));
+                    nccl_op_name(key.op), size_bucket_label(key.bucket_bytes));
     if (!is_p2p) labels += fmt::format(R"(algo_proto="{}",)", escape_label_value(c.backend));
-    labels +=
-        fmt::format(R"(rank="{}",mesh_dim="{}")", key.global_rank, escape_label_value(c.mesh_dim));
+    labels += fmt::format(R"(rank="{}",mesh_dim="{}")", key.global_rank,
+                          escape_label_value(mesh_dim_label(c)));
     (is_p2p ? p2p : collectives).emplace_back(std::move(labels), &s);
   }
   std::string out;
@@ -155,10 +137,20 @@ std::string PrometheusMetrics::text(std::span<const int> ranks) const {
           out += fmt::format("{}{{{}}} {}\n", f.name, labels,
                              s->busbw_count ? std::exp(s->busbw_log_sum / s->busbw_count) : 0.0);
           break;
-        case Value::kExecTime:
-          out += fmt::format("{}{{{}}} {}\n", f.name, labels,
-                             s->count ? s->exec_time_sum_us / s->count : 0.0);
+        case Value::kExecTime: {
+          // Buckets are cumulative in the text format.
+          uint64_t below = 0;
+          for (size_t i = 0; i < s->exec_time_buckets.size(); ++i) {
+            below += s->exec_time_buckets[i];
+            const std::string le = i < kExecTimeBucketsSeconds.size()
+                                       ? fmt::format("{}", kExecTimeBucketsSeconds[i])
+                                       : "+Inf";
+            out += fmt::format("{}_bucket{{{},le=\"{}\"}} {}\n", f.name, labels, le, below);
+          }
+          out += fmt::format("{}_sum{{{}}} {}\n", f.name, labels, s->exec_time_sum_seconds);
+          out += fmt::format("{}_count{{{}}} {}\n", f.name, labels, s->count);
           break;
+        }
         case Value::kCount:
           out += fmt::format("{}{{{}}} {}\n", f.name, labels, s->count);
           break;

@@ -21,6 +21,7 @@ Interner& interner() {
 }
 
 thread_local const ScopeNode* current = nullptr;
+thread_local bool setup_ops = false;
 
 const ScopeNode* intern(const ScopeNode* parent, std::string_view name, Phase phase) {
   Interner& in = interner();
@@ -64,5 +65,11 @@ Scope::Scope(std::string_view name, Phase phase) : previous_(current) {
 }
 
 Scope::~Scope() { current = previous_; }
+
+SetupOps::SetupOps() : previous_(setup_ops) { setup_ops = true; }
+
+SetupOps::~SetupOps() { setup_ops = previous_; }
+
+bool in_setup_ops() { return setup_ops; }
 
 }  // namespace meshrt::trace

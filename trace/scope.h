@@ -41,4 +41,20 @@ class Scope {
   const ScopeNode* previous_;
 };
 
+// Marks the ops this thread enqueues while the guard lives as meshrt's own setup traffic
+// (OpRecord::setup): split()'s exchange and DeviceMesh creation's agreement check. Nests.
+class SetupOps {
+ public:
+  SetupOps();
+  ~SetupOps();
+  SetupOps(const SetupOps&) = delete;
+  SetupOps& operator=(const SetupOps&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// Whether the calling thread is inside a SetupOps guard.
+bool in_setup_ops();
+
 }  // namespace meshrt::trace
