@@ -15,6 +15,7 @@
 #include "trace/exports.h"
 #include "trace/flight_recorder.h"
 #include "trace/logging.h"
+#include "trace/scope_tree.h"
 #include "trace/straggler.h"
 #include "trace/tracer.h"
 
@@ -52,6 +53,7 @@ Communicator::Communicator(trace::CommInfo info, std::unique_ptr<Backend> backen
   trace::CommLogger::install_from_env();
   trace::Exports::install_from_env();
   trace::StragglerSink::install_from_env();
+  trace::ScopeTree::install_from_env();
   info.uid = next_comm_uid.fetch_add(1);
   info.backend = std::string(backend_->name());
   if (info.description.empty()) info.description = info.name;

@@ -2,12 +2,15 @@
 
 #include <fmt/format.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <tuple>
 
 #include "trace/atomic_file.h"
+#include "trace/rank_path.h"
 
 namespace meshrt::trace {
 namespace {
@@ -24,6 +27,26 @@ ScopeTree& ScopeTree::instance() {
   // Leaked, as every sink: worker threads may still deliver while static destructors run.
   static ScopeTree* tree = new ScopeTree;
   return *tree;
+}
+
+void ScopeTree::install_from_env() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const char* pattern = std::getenv("MESHRT_SCOPE_TREE");
+    if (pattern == nullptr || *pattern == '\0') return;
+    // Leaked: static destructors may run before the exit writer.
+    static const std::string* path = new std::string(pattern);
+    instance().enable();
+    std::atexit([] {
+      for (int rank : instance().ranks()) {
+        const std::string file = path_for_rank(*path, rank);
+        if (!instance().write(file, rank, 0, true)) {
+          std::fprintf(stderr, "[meshrt rank %d] could not write the scope tree to %s\n", rank,
+                       file.c_str());
+        }
+      }
+    });
+  });
 }
 
 void ScopeTree::enable() {
@@ -56,6 +79,13 @@ void ScopeTree::on_end(const OpRecord& r) {
   d.bytes += r.bytes;
   d.time_ns += r.end_ns - r.start_ns;
   if (rank.ops.size() < kMaxOpsPerRank) rank.ops.push_back(r);
+}
+
+std::vector<int> ScopeTree::ranks() const {
+  std::lock_guard lock(mu_);
+  std::vector<int> out;
+  for (const auto& [rank, data] : ranks_) out.push_back(rank);
+  return out;
 }
 
 std::string ScopeTree::json(int global_rank, int noise_level) const {

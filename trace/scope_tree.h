@@ -20,10 +20,15 @@ class ScopeTree : public Sink {
 
   // The process's scope tree; registered as a sink by enable().
   static ScopeTree& instance();
+  // When MESHRT_SCOPE_TREE names a path, enables instance() and writes each rank's JSON (noise
+  // level 0) there at exit, "{rank}" replaced; called when a communicator is created.
+  static void install_from_env();
   void enable();
   void disable();
   void reset();
 
+  // Global ranks that recorded something in this process.
+  std::vector<int> ranks() const;
   // The tree of `global_rank` as text, indented by depth; `color` adds ANSI colours (use it only
   // on a terminal).
   std::string table(int global_rank, int noise_level, bool color) const;
