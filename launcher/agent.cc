@@ -77,13 +77,6 @@ std::string meshtrace_not_found() {
       executable_dir());
 }
 
-std::string with_rank(std::string text, int rank) {
-  if (const auto at = text.find("{rank}"); at != std::string::npos) {
-    text.replace(at, 6, std::to_string(rank));
-  }
-  return text;
-}
-
 }  // namespace
 
 Agent::Agent(LaunchOptions options) : options_(std::move(options)) {
@@ -145,7 +138,8 @@ std::vector<std::string> Agent::child_env(int rank, int local_rank, int attempt)
   }
   if (!report_dir_.empty()) {
     for (const auto& [name, file] : kReportFiles) {
-      defaults.emplace_back(name, with_rank(report_dir_ + "/" + file, rank));
+      // "{rank}" stays: the rank expands it, as for any user-given path.
+      defaults.emplace_back(name, report_dir_ + "/" + file);
     }
   }
   std::vector<std::string> env;

@@ -684,11 +684,12 @@ TEST(Meshrun, ReportPointsTheRanksAtItsDirectoryAndRunsMeshtraceReport) {
       30s, env);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (int rank = 0; rank < 2; ++rank) {
-    EXPECT_TRUE(contains(r.out, fmt::format("[rank{0}]: getenv MESHRT_COMMS_SUMMARY={1}/comms_{0}"
-                                            ".json MESHRT_STRAGGLER_REPORT={1}/stragglers.json "
-                                            "MESHRT_SCOPE_TREE={1}/scope_tree_{0}.json "
-                                            "MESHRT_TRACE_CHROME=/elsewhere/{{rank}}.json\n",
-                                            rank, report)))
+    EXPECT_TRUE(
+        contains(r.out, fmt::format("[rank{0}]: getenv MESHRT_COMMS_SUMMARY={1}/comms_{{rank}}"
+                                    ".json MESHRT_STRAGGLER_REPORT={1}/stragglers.json "
+                                    "MESHRT_SCOPE_TREE={1}/scope_tree_{{rank}}.json "
+                                    "MESHRT_TRACE_CHROME=/elsewhere/{{rank}}.json\n",
+                                    rank, report)))
         << r.out;
   }
   EXPECT_EQ(read_all(tools.path() + "/calls"), "report " + report + "\n");

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -24,6 +26,25 @@ ScopeTree& ScopeTree::instance() {
   // Leaked, as every sink: worker threads may still deliver while static destructors run.
   static ScopeTree* tree = new ScopeTree;
   return *tree;
+}
+
+void ScopeTree::write_at_exit(std::string pattern) {
+  {
+    std::lock_guard lock(mu_);
+    exit_pattern_ = std::move(pattern);
+  }
+  enable();
+  run_at_exit_once([] {
+    ScopeTree& tree = instance();
+    std::string pattern;
+    {
+      std::lock_guard lock(tree.mu_);
+      pattern = tree.exit_pattern_;
+    }
+    for (int rank : tree.ranks()) {
+      write_output_file(output_path(pattern, rank), tree.json(rank, 0), "scope tree");
+    }
+  });
 }
 
 void ScopeTree::enable() {
@@ -56,6 +77,13 @@ void ScopeTree::on_end(const OpRecord& r) {
   d.bytes += r.bytes;
   d.time_ns += r.end_ns - r.start_ns;
   if (rank.ops.size() < kMaxOpsPerRank) rank.ops.push_back(r);
+}
+
+std::vector<int> ScopeTree::ranks() const {
+  std::lock_guard lock(mu_);
+  std::vector<int> out;
+  for (const auto& [rank, data] : ranks_) out.push_back(rank);
+  return out;
 }
 
 std::string ScopeTree::json(int global_rank, int noise_level) const {

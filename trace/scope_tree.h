@@ -20,10 +20,15 @@ class ScopeTree : public Sink {
 
   // The process's scope tree; registered as a sink by enable().
   static ScopeTree& instance();
+  // Enables instance() and writes each rank's JSON (noise level 0) to output_path(pattern, rank)
+  // at exit (MESHRT_SCOPE_TREE, through install_sinks_from_env()).
+  void write_at_exit(std::string pattern);
   void enable();
   void disable();
   void reset();
 
+  // Global ranks that recorded something in this process.
+  std::vector<int> ranks() const;
   // The tree of `global_rank` as text, indented by depth; `color` adds ANSI colours (use it only
   // on a terminal).
   std::string table(int global_rank, int noise_level, bool color) const;
@@ -55,6 +60,7 @@ class ScopeTree : public Sink {
 
   mutable std::mutex mu_;
   bool enabled_ = false;
+  std::string exit_pattern_;  // MESHRT_SCOPE_TREE: where write_at_exit() writes.
   std::map<int, RankData> ranks_;
 };
 

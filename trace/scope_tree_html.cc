@@ -1,6 +1,7 @@
 #include "trace/scope_tree_html.h"
 
 #include "trace/atomic_file.h"
+#include "trace/html_text.h"
 #include "trace/scope_tree.h"
 #include "trace/scope_tree_html_template.h"
 
@@ -11,16 +12,7 @@ std::string scope_tree_html(std::string_view scope_tree_json) {
   constexpr std::string_view kOpen = R"(<script type="application/json" id="scope-tree-data">)";
   const size_t at = page.find(kOpen) + kOpen.size();
   std::string out(page.substr(0, at));
-  out.reserve(page.size() + scope_tree_json.size());
-  // '<' occurs in JSON only inside strings, where \u003c means the same: so no "</script>" in a
-  // scope name can end the block early.
-  for (char c : scope_tree_json) {
-    if (c == '<') {
-      out += "\\u003c";
-    } else {
-      out += c;
-    }
-  }
+  out += json_for_script(scope_tree_json);
   out += page.substr(at);
   return out;
 }

@@ -7,6 +7,7 @@
 #include "trace/env.h"
 #include "trace/exports.h"
 #include "trace/logging.h"
+#include "trace/scope_tree.h"
 #include "trace/straggler.h"
 
 namespace meshrt::trace {
@@ -59,11 +60,13 @@ void install_sinks_from_env() {
     const CommLoggerOptions logger = comm_logger_options();
     const ExportOptions exports = export_options();
     const StragglerOptions stragglers = straggler_options();
+    const auto scope_tree = env::get({"MESHRT_SCOPE_TREE"});
     // Verbose comm lines are the logger's info lines.
     if (logger.verbose && log().level() > spdlog::level::info) log().set_level(spdlog::level::info);
     if (logger.enabled) CommLogger::instance().configure(logger);
     if (exports.enabled) Exports::instance().configure(exports);
     if (stragglers.enabled) StragglerSink::instance().configure(stragglers);
+    if (scope_tree) ScopeTree::instance().write_at_exit(*scope_tree);
   });
 }
 

@@ -1,5 +1,6 @@
 // meshtrace: offline tools for meshrt's traces. `meshtrace analyze DIR` reads the flight-recorder
-// dumps of a job (meshrt JSON or PyTorch FR pickle) and says which rank stopped the others.
+// dumps of a job (meshrt JSON or PyTorch FR pickle) and says which rank stopped the others;
+// `meshtrace report DIR` writes the job's report page (trace/analyze/job_report.h).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -8,6 +9,7 @@
 
 #include "trace/analyze/analyzer.h"
 #include "trace/analyze/format.h"
+#include "trace/analyze/job_report.h"
 #include "trace/atomic_file.h"
 #include "trace/chrome_trace.h"
 
@@ -90,6 +92,21 @@ int main(int argc, char** argv) {
   merge->add_option("FILES", chrome_files, "Per-rank Chrome trace files")->required();
   merge->add_option("-o,--output", chrome_out, "Merged trace file")->required();
 
+  meshrt::trace::JobReportOptions report_args;
+  std::string report_out;
+  CLI::App* report = app.add_subcommand(
+      "report",
+      "Write one self-contained HTML page for a whole job from what `meshrun --report DIR` had "
+      "the ranks write there (comm summaries, straggler report, scope trees), with the verdict "
+      "of `analyze` on flight-recorder dumps after a failure.");
+  report->footer("Exit status: 0 the page was written, 2 bad input or arguments.");
+  report->add_option("DIR", report_args.dir, "The report directory")->required();
+  report->add_option("--dumps", report_args.dumps_dir,
+                     "Directory of flight-recorder dumps (default: dumps found in DIR)");
+  report->add_option("-p,--prefix", report_args.prefix,
+                     "Dump file name prefix before the rank (default: inferred)");
+  report->add_option("-o,--output", report_out, "The page (default: DIR/report.html)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -106,6 +123,17 @@ int main(int argc, char** argv) {
       }
       return 0;
     } catch (const std::exception& e) {
+      std::fprintf(stderr, "meshtrace: error: %s\n", e.what());
+      return kBadInput;
+    }
+  }
+  if (report->parsed()) {
+    try {
+      const auto made = meshrt::trace::write_job_report(report_args, report_out);
+      for (const std::string& m : made.missing) std::fprintf(stderr, "meshtrace: %s\n", m.c_str());
+      std::printf("meshtrace: wrote %s\n", made.path.c_str());
+      return kOk;
+    } catch (const meshrt::trace::InputError& e) {
       std::fprintf(stderr, "meshtrace: error: %s\n", e.what());
       return kBadInput;
     }
