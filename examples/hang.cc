@@ -18,25 +18,33 @@
 
 namespace {
 
+// In-process ranks share one output; under a launcher each line already carries its rank.
+bool name_the_rank = false;
+
+void say(int rank, const char* what) {
+  if (name_the_rank) std::printf("rank %d: ", rank);
+  std::printf("%s\n", what);
+}
+
 void run_rank(meshrt::Communicator& world) {
   const int rank = world.global_rank();
   std::vector<float> a(12, static_cast<float>(rank));
   const meshrt::Shape shape{3, 4};
   for (int i = 0; i < 2; ++i) {
-    std::printf("rank %d: all_reduce of a\n", rank);
+    say(rank, "all_reduce of a");
     world.all_reduce(meshrt::view(a, shape))->wait();
   }
   if (rank == 0) {
-    std::printf("rank 0 runs an extra all_reduce on b; the other ranks forgot it\n");
+    say(rank, "an extra all_reduce on b, which the other ranks forgot");
     std::vector<float> b(12, static_cast<float>(rank));
     world.all_reduce(meshrt::view(b, shape))->wait();
   }
   for (int i = 0; i < 2; ++i) {
-    std::printf("rank %d: all_reduce of a\n", rank);
+    say(rank, "all_reduce of a");
     std::fflush(stdout);
     world.all_reduce(meshrt::view(a, shape))->wait();
   }
-  std::printf("rank %d exiting\n", rank);
+  say(rank, "exiting");
 }
 
 }  // namespace
@@ -59,6 +67,7 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   try {
     if (backend == "inproc") {
+      name_the_rank = true;
       meshrt::InprocOptions options;
       options.timeout = std::chrono::milliseconds(timeout_ms);
       meshrt::run_inproc(world_size, run_rank, options);

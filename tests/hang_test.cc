@@ -101,14 +101,14 @@ TEST_F(HangTest, EveryRankDumpsAndTheHungRankExitsWithTheWatchdogStatus) {
   EXPECT_EQ(f["op"], "all_reduce") << f.dump(1);
   EXPECT_EQ(f["missing_ranks"], json::array({1, 2, 3})) << f.dump(1);
   // Where the ranks parted, with the call sites the records carry (full paths in JSON): the
-  // extra all_reduce is examples/hang.cc:32, the loop that rank 0 ran once more :37.
+  // extra all_reduce is examples/hang.cc:40, the loop that rank 0 ran once more :45.
   const json& split = f["divergence"]["call_sites_differ"];
   ASSERT_TRUE(split.is_object()) << f.dump(1);
   EXPECT_EQ(split["seq"], 3) << f.dump(1);
   const std::string file = split["sites"][0]["file"];
   EXPECT_TRUE(file.ends_with("examples/hang.cc")) << file;
-  EXPECT_EQ(split["sites"][0]["line"], 32) << f.dump(1);
-  EXPECT_EQ(split["sites"][1]["line"], 37) << f.dump(1);
+  EXPECT_EQ(split["sites"][0]["line"], 40) << f.dump(1);
+  EXPECT_EQ(split["sites"][1]["line"], 45) << f.dump(1);
 
   // The verdict for people: the finding, then the divergence on a line of its own (basenames).
   const auto [text_status, text] = analyze_dumps("");
@@ -116,10 +116,10 @@ TEST_F(HangTest, EveryRankDumpsAndTheHungRankExitsWithTheWatchdogStatus) {
   EXPECT_NE(text.find("rank 0 issued all_reduce #5 that ranks [1, 2, 3] never called"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("\n      diverged: rank 0 ran all_reduce #5 at hang.cc:37; ranks [1, 2, 3] "
-                      "ran their last all_reduce (#4) at hang.cc:37 and moved on; call sites "
-                      "first differ at all_reduce #3: rank 0 at hang.cc:32, ranks [1, 2, 3] at "
-                      "hang.cc:37\n"),
+  EXPECT_NE(text.find("\n      diverged: rank 0 ran all_reduce #5 at hang.cc:45; ranks [1, 2, 3] "
+                      "ran their last all_reduce (#4) at hang.cc:45 and moved on; call sites "
+                      "first differ at all_reduce #3: rank 0 at hang.cc:40, ranks [1, 2, 3] at "
+                      "hang.cc:45\n"),
             std::string::npos)
       << text;
 #endif
