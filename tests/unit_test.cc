@@ -394,6 +394,23 @@ TEST(InitEnv, NamesWhoSetTheVariables) {
   }
 }
 
+TEST(OpKinds, OneRowPerKindWithItsFacts) {
+  ASSERT_EQ(trace::op_kinds().size(), static_cast<size_t>(OpKind::kBatchP2P) + 1);
+  for (const trace::OpKindInfo& info : trace::op_kinds()) {
+    EXPECT_EQ(trace::op_kind_from_name(info.name), info.kind) << info.name;
+    const bool rooted = info.kind == OpKind::kBroadcast || info.kind == OpKind::kReduce ||
+                        info.kind == OpKind::kGather || info.kind == OpKind::kScatter;
+    EXPECT_EQ(info.rooted, rooted) << info.name;
+    const bool reduces = info.kind == OpKind::kAllReduce || info.kind == OpKind::kReduce ||
+                         info.kind == OpKind::kReduceScatter;
+    EXPECT_EQ(info.reduces, reduces) << info.name;
+    const bool p2p =
+        info.kind == OpKind::kSend || info.kind == OpKind::kRecv || info.kind == OpKind::kBatchP2P;
+    EXPECT_EQ(info.p2p, p2p) << info.name;
+  }
+  EXPECT_EQ(trace::op_kind_from_name("allreduce_coalesced"), std::nullopt);
+}
+
 TEST(Env, OneParserForEveryVariable) {
   ScopedEnv env({{"MESHRT_TIMEOUT_MS", "250"}, {"MESHRT_RUN_ID", ""}});
   namespace env_ = trace::env;

@@ -311,8 +311,7 @@ Json stats_json(const TensorStats& s) {
 
 void add_entries(Json& entries, const OpRecord& r) {
   const CommInfo& c = *r.comm;
-  const bool rooted =
-      r.op == "broadcast" || r.op == "reduce" || r.op == "gather" || r.op == "scatter";
+  const bool rooted = op_info(r.kind).rooted;
   auto finish = [&](Json e, int peer, uint64_t channel_seq) {
     e[fr::kPeer] = global_of(c, peer);
     e[fr::kRoot] = rooted ? global_of(c, r.root_or_peer) : -1;
@@ -330,24 +329,26 @@ void add_entries(Json& entries, const OpRecord& r) {
   };
   Dims one_d;
   one_d.ndim = 1;
-  if (r.op == "batch_p2p") {
+  if (r.kind == OpKind::kBatchP2P) {
     for (const P2PMember& m : r.batch ? *r.batch : std::vector<P2PMember>{}) {
       one_d.size[0] = static_cast<int64_t>(m.count);
       const std::string meta =
           m.is_send ? fmt::format("{}->{}", c.rank, m.peer) : fmt::format("{}<-{}", c.rank, m.peer);
-      finish(entry_json(r, m.is_send ? "send" : "recv", meta, &one_d, &one_d, false, m.dtype),
-             m.peer, m.channel_seq);
+      const OpKind member = m.is_send ? OpKind::kSend : OpKind::kRecv;
+      finish(entry_json(r, op_kind_name(member), meta, &one_d, &one_d, false, m.dtype), m.peer,
+             m.channel_seq);
     }
     finish(entry_json(r, "coalesced", "", nullptr, nullptr, true), -1, 0);
     return;
   }
-  if (r.op == "barrier") {
+  if (r.kind == OpKind::kBarrier) {
     finish(entry_json(r, "all_reduce_barrier", "", nullptr, nullptr, false), -1, 0);
     return;
   }
-  if (r.op == "send" || r.op == "recv") {
-    const std::string meta = r.op == "send" ? fmt::format("{}->{}", c.rank, r.root_or_peer)
-                                            : fmt::format("{}<-{}", c.rank, r.root_or_peer);
+  if (r.kind == OpKind::kSend || r.kind == OpKind::kRecv) {
+    const std::string meta = r.kind == OpKind::kSend
+                                 ? fmt::format("{}->{}", c.rank, r.root_or_peer)
+                                 : fmt::format("{}<-{}", c.rank, r.root_or_peer);
     finish(entry_json(r, r.op, meta, &r.input_shape, &r.output_shape, false), r.root_or_peer,
            r.p2p_channel_seq);
     return;

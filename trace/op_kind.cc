@@ -4,18 +4,19 @@ namespace meshrt::trace {
 namespace {
 
 constexpr OpKindInfo kOpKinds[] = {
-    {OpKind::kAllReduce, "all_reduce", false, true, BusRule::kDoubleRing, SizeRule::kInput},
-    {OpKind::kBroadcast, "broadcast", false, false, BusRule::kOne, SizeRule::kInput},
-    {OpKind::kReduce, "reduce", false, true, BusRule::kOne, SizeRule::kInput},
-    {OpKind::kAllGather, "all_gather", false, false, BusRule::kRing, SizeRule::kOutput},
-    {OpKind::kReduceScatter, "reduce_scatter", false, true, BusRule::kRing, SizeRule::kInput},
-    {OpKind::kAllToAll, "all_to_all", false, false, BusRule::kRing, SizeRule::kLargerBuffer},
-    {OpKind::kGather, "gather", false, false, BusRule::kRing, SizeRule::kRootOutput},
-    {OpKind::kScatter, "scatter", false, false, BusRule::kRing, SizeRule::kRootInput},
-    {OpKind::kBarrier, "barrier", false, false, BusRule::kZero, SizeRule::kNone},
-    {OpKind::kSend, "send", true, false, BusRule::kOne, SizeRule::kInput},
-    {OpKind::kRecv, "recv", true, false, BusRule::kOne, SizeRule::kInput},
-    {OpKind::kBatchP2P, "batch_p2p", true, false, BusRule::kOne, SizeRule::kLargerDirection},
+    {OpKind::kAllReduce, "all_reduce", false, true, false, BusRule::kDoubleRing, SizeRule::kInput},
+    {OpKind::kBroadcast, "broadcast", false, false, true, BusRule::kOne, SizeRule::kInput},
+    {OpKind::kReduce, "reduce", false, true, true, BusRule::kOne, SizeRule::kInput},
+    {OpKind::kAllGather, "all_gather", false, false, false, BusRule::kRing, SizeRule::kOutput},
+    {OpKind::kReduceScatter, "reduce_scatter", false, true, false, BusRule::kRing,
+     SizeRule::kInput},
+    {OpKind::kAllToAll, "all_to_all", false, false, false, BusRule::kRing, SizeRule::kLargerBuffer},
+    {OpKind::kGather, "gather", false, false, true, BusRule::kRing, SizeRule::kRootOutput},
+    {OpKind::kScatter, "scatter", false, false, true, BusRule::kRing, SizeRule::kRootInput},
+    {OpKind::kBarrier, "barrier", false, false, false, BusRule::kZero, SizeRule::kNone},
+    {OpKind::kSend, "send", true, false, false, BusRule::kOne, SizeRule::kInput},
+    {OpKind::kRecv, "recv", true, false, false, BusRule::kOne, SizeRule::kInput},
+    {OpKind::kBatchP2P, "batch_p2p", true, false, false, BusRule::kOne, SizeRule::kLargerDirection},
 };
 
 // The table is indexed by the enum: a row out of order is a compile error, not a wrong name.

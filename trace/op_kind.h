@@ -56,6 +56,7 @@ struct OpKindInfo {
   std::string_view name;  // snake_case, as records, dumps and exports spell it: "all_reduce".
   bool p2p;               // send, recv and batches: matched per channel, not per collective.
   bool reduces;           // Takes a ReduceOp.
+  bool rooted;            // Has a root rank: broadcast, reduce, gather, scatter.
   BusRule bus;
   SizeRule size;
 };

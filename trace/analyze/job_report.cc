@@ -16,6 +16,7 @@
 #include "trace/analyze/format.h"
 #include "trace/analyze/job_report_html.h"
 #include "trace/atomic_file.h"
+#include "trace/op_kind.h"
 
 namespace meshrt::trace {
 namespace {
@@ -375,7 +376,7 @@ Json entry_json(const RankDump& d, const DumpEntry& e, int64_t t0_ns, bool focus
   const DumpGroup& g = d.groups[e.group];
   const std::string_view type = d.symbols[e.type];
   // A recv's buffer is its output; everything else shows its input.
-  const bool recv = type == "recv";
+  const bool recv = op_kind_from_name(type) == OpKind::kRecv;
   const auto shapes = d.span(recv ? e.output_sizes : e.input_sizes);
   std::string sizes;
   for (size_t i = 0; i < shapes.size();) {
