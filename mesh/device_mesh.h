@@ -20,11 +20,18 @@ namespace meshrt {
 // Options of a new mesh.
 struct MeshOptions {
   std::string name;  // Prefix of its communicators' names; default "mesh<N>" (N-th on this world).
-  std::chrono::milliseconds timeout{0};  // Bound of the consistency check; 0 = the world's.
+  // Bound of the cross-rank consistency check; 0 = the world's op timeout. The dims'
+  // communicators take the world's op timeout either way.
+  std::chrono::milliseconds timeout{0};
 };
 
+// The state a mesh shares with every mesh sliced, flattened or unflattened from it (internal).
 struct MeshRoot;
 
+// An N-D grid of ranks with one communicator per dim, made by the factories below. Coordinates and
+// groups are computed locally; only creating communicators (factories, flatten, unflatten) is
+// collective. World ranks outside the grid get a mesh without coordinate or communicators. Misuse
+// throws Error(kInvalidArgument) naming the mesh.
 class DeviceMesh {
  public:
   // Device type, e.g. "cpu" or "cuda".
@@ -46,42 +53,50 @@ class DeviceMesh {
   // This rank's coordinate, one entry per dim; empty when it is not a member.
   std::span<const int64_t> coordinate() const { return coordinate_; }
   // This rank's index along a dim (its rank in that dim's communicator). Without a dim, only
-  // for 1-D meshes. Throws for non-members.
+  // for 1-D meshes. Throws for non-members and unknown dims.
   int64_t local_rank(int dim) const;
   int64_t local_rank(std::string_view name) const;
   int64_t local_rank() const;
-  // The communicator of a dim; dims of a sub-mesh share the parent's. Throws for non-members.
+  // The communicator of a dim; dims of a sub-mesh share the parent's. By name, also a dim
+  // flattened on this mesh's root. Without a dim, only for 1-D meshes. Throws for non-members.
   Communicator& comm(int dim) const;
   Communicator& comm(std::string_view name) const;
   Communicator& comm() const;
+  // comm(dim) as shared ownership, to keep the communicator beyond the mesh.
   std::shared_ptr<Communicator> comm_ptr(int dim) const;
   // Every group of a dim as global ranks in local-rank order, groups by their first member's
   // position (for reports; allocates).
   std::vector<std::vector<int>> groups(int dim) const;
   std::vector<std::vector<int>> groups(std::string_view name) const;
-  // Global ranks of this rank's group along a dim, in local-rank order (allocates).
+  // Global ranks of this rank's group along a dim, in local-rank order (allocates); empty for
+  // non-members.
   std::vector<int> group_ranks(int dim) const;
 
   // The sub-mesh over `names` (dims of this mesh, or names flattened on the root when this is
-  // the root), in ascending mesh order. Creates no communicator.
+  // the root), in ascending mesh order. Creates no communicator; throws for unknown, overlapping
+  // or out-of-order dims.
   std::shared_ptr<DeviceMesh> slice(std::span<const std::string> names) const;
   std::shared_ptr<DeviceMesh> slice(std::initializer_list<std::string> names) const;
   // A 1-D mesh joining `names` (ascending mesh order) as one dim called `name` (default: the
   // names joined by '_'), registered on the root so that slice() and comm() of the root find it.
-  // The same name and layout again returns the same mesh. Collective over the world: one split.
+  // Collective over the world, non-members included: one split. The same name and layout again
+  // reuses that communicator without a split; the same name for other dims throws.
   std::shared_ptr<DeviceMesh> flatten(std::span<const std::string> names, std::string name = "");
   std::shared_ptr<DeviceMesh> flatten(std::initializer_list<std::string> names,
                                       std::string name = "");
-  // This mesh with dim `dim` replaced by dims of `sizes` named `names`; the other dims keep their
-  // communicators. Collective over the world: one split per new dim.
+  // This mesh with dim `dim` replaced by dims of `sizes` (outermost first) named `names`; the
+  // other dims keep their communicators. Collective over the world, non-members included: one
+  // split per new dim. Throws unless the sizes multiply to the dim's size.
   std::shared_ptr<DeviceMesh> unflatten(std::string_view dim, std::vector<int64_t> sizes,
                                         std::vector<std::string> names);
-  // Communicators this rank created for this mesh and everything derived from it.
+  // Communicators this rank created for this mesh's root and every mesh derived from it (0 for
+  // non-members).
   int communicators_created() const;
   // "DeviceMesh(mesh0: pp=2, dp=3, tp=4, 'cpu')".
   std::string describe() const;
 
-  // Used by the factories below.
+  // Used by the factories below and by slice(), flatten() and unflatten(); creates one
+  // communicator per dim (collective) when `comms` is empty.
   DeviceMesh(std::shared_ptr<MeshRoot> root, std::vector<mesh::Dim> dims,
              std::vector<std::shared_ptr<Communicator>> comms);
 
@@ -101,24 +116,26 @@ class DeviceMesh {
 // The row-major mesh of `shape` over world ranks 0..prod(shape)-1, dims named `names` (default
 // "dim0", "dim1", ...). Ranks beyond the mesh get no coordinate and no communicators.
 // Collective over `world`: checks that every rank passed the same mesh, then one split per dim.
+// Throws kInvalidArgument on every rank when they differ or the mesh does not fit the world.
 std::shared_ptr<DeviceMesh> init_device_mesh(std::shared_ptr<Communicator> world,
                                              std::string_view device, std::vector<int64_t> shape,
                                              std::vector<std::string> names = {},
                                              MeshOptions options = {});
-// The same over meshrt's default world (the one init() or run_inproc() made for this rank).
+// The same over meshrt's default world (the one init() or run_inproc() made for this rank);
+// throws kInvalidArgument when there is none. Note `device` comes last here.
 std::shared_ptr<DeviceMesh> init_device_mesh(std::vector<int64_t> shape,
                                              std::vector<std::string> names = {},
                                              std::string_view device = "cpu");
 
-// A mesh over an explicit array of global ranks (row-major, `shape`): any permutation or subset
-// of the world, each rank at most once.
+// A mesh over an explicit array of world ranks (row-major, `shape`): any permutation or subset
+// of the world, each rank at most once. Collective over `world`, as init_device_mesh().
 std::shared_ptr<DeviceMesh> device_mesh_from_ranks(
     std::shared_ptr<Communicator> world, std::string_view device, std::vector<int64_t> shape,
     std::vector<int> ranks, std::vector<std::string> names = {}, MeshOptions options = {});
 
 // Megatron-LM's layout: `order` such as "tp-cp-ep-dp-pp" lists dims fastest first and `sizes`
 // gives each token's size in that order. Equal to the row-major mesh with the dims reversed, so
-// groups (and flattened groups) match Megatron's RankGenerator.
+// groups (and flattened groups) match Megatron's RankGenerator. Collective over `world`.
 std::shared_ptr<DeviceMesh> init_megatron_mesh(std::shared_ptr<Communicator> world,
                                                std::string_view device, std::string_view order,
                                                std::vector<int64_t> sizes,

@@ -13,16 +13,17 @@ namespace meshrt::mesh {
 
 // One factor of a dim: `size` steps of `stride` positions.
 struct Part {
-  int64_t size = 1;
-  int64_t stride = 1;
+  int64_t size = 1;    // Number of steps.
+  int64_t stride = 1;  // Positions between two steps.
+  // Same size and stride.
   friend bool operator==(const Part&, const Part&) = default;
 };
 
 // A mesh dim: parts from the outermost (slowest) to the innermost (fastest). A dim of the
 // original mesh has one part; a flattened dim has one part per dim it joins.
 struct Dim {
-  std::string name;
-  std::vector<Part> parts;
+  std::string name;         // The dim's name in its mesh, e.g. "tp".
+  std::vector<Part> parts;  // Outermost first.
 
   // Number of ranks along the dim.
   int64_t size() const;

@@ -12,30 +12,44 @@
 
 namespace meshrt {
 
-// Where a buffer lives. CPU backends accept only kCpu.
+// Where a buffer lives. CPU backends (all of today's) reject kCuda with kInvalidArgument.
 struct Device {
-  enum class Kind : uint8_t { kCpu, kCuda };
-  Kind kind = Kind::kCpu;
-  int index = -1;  // CUDA device ordinal; -1 for the CPU.
+  // The kind of memory.
+  enum class Kind : uint8_t {
+    kCpu,  // Host memory.
+    kCuda  // Memory of CUDA device `index`.
+  };
+  Kind kind = Kind::kCpu;  // Host or CUDA memory.
+  int index = -1;          // CUDA device ordinal; -1 for the CPU.
 
+  // Host memory.
   static Device cpu() { return {}; }
+  // Memory of CUDA device `index`.
   static Device cuda(int index) { return {Kind::kCuda, index}; }
+  // Same kind and index.
   friend bool operator==(const Device&, const Device&) = default;
 };
 
 // An optional tensor shape kept inline (no allocation); empty means "flat, count elements".
 class Shape {
  public:
+  // The most dims a shape holds.
   static constexpr size_t kMaxDims = 8;
 
+  // No shape: the buffer is flat.
   Shape() = default;
+  // The shape `dims`, outermost first; throws Error(kInvalidArgument) beyond kMaxDims dims.
   Shape(std::initializer_list<int64_t> dims);
 
+  // Number of dims; 0 when unset.
   size_t ndim() const { return ndim_; }
+  // Size of dim `i`; `i` must be below ndim() (unchecked).
   int64_t operator[](size_t i) const { return dims_[i]; }
+  // The sizes of the dims, outermost first.
   std::span<const int64_t> dims() const { return {dims_.data(), ndim_}; }
-  // Product of the dims (1 for a 0-d shape with ndim 0 is not used: empty means unset).
+  // Product of the dims; 1 for an empty shape (which means unset, not 0-d).
   int64_t numel() const;
+  // True when no shape was given.
   bool empty() const { return ndim_ == 0; }
 
  private:
@@ -44,16 +58,18 @@ class Shape {
 };
 
 // Pointer + element count + dtype + device (+ optional shape). Views used only as inputs are never
-// written through, so const data may be viewed.
+// written through, so const data may be viewed. The memory must stay valid until its ops are done.
 struct BufferView {
-  void* data = nullptr;
-  size_t count = 0;  // Elements, not bytes.
-  DType dtype = DType::kF32;
-  Device device;
-  Shape shape;
+  void* data = nullptr;       // First element; may be null only when count is 0.
+  size_t count = 0;           // Elements, not bytes.
+  DType dtype = DType::kF32;  // Element type.
+  Device device;              // Where `data` lives.
+  Shape shape;                // Optional, for traces; when set, its numel() must equal count.
 
+  // Size of the viewed memory in bytes: count x the dtype's size.
   size_t bytes() const { return count * dtype_size_bytes(dtype); }
-  // The elements [offset, offset + n) as a view of the same dtype and device (shape dropped).
+  // The elements [offset, offset + n) as a view of the same dtype and device (shape dropped). Not
+  // bounds-checked.
   BufferView slice(size_t offset, size_t n) const {
     return {static_cast<char*>(data) + offset * dtype_size_bytes(dtype), n, dtype, device, {}};
   }
@@ -70,7 +86,7 @@ template <typename T>
 BufferView view(std::vector<T>& v, Shape shape = {}) {
   return view(std::span<T>(v), shape);
 }
-// A CPU view of a const vector, for inputs.
+// A CPU view of a const vector, for inputs only: an op that writes it would write const memory.
 template <typename T>
 BufferView view(const std::vector<T>& v, Shape shape = {}) {
   return view(std::span<const T>(v), shape);

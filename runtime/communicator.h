@@ -1,5 +1,35 @@
 // A communicator: a group of ranks with one backend, on which collectives and point-to-point ops
 // run asynchronously, in the order they were called, each validated and traced on the way.
+//
+// Usage (every rank runs the same code and calls the ops of a communicator in the same order):
+//
+//   std::shared_ptr<meshrt::Communicator> world = meshrt::init();  // Ranks from the launcher.
+//   // Or a mesh dim's communicator (mesh/device_mesh.h):
+//   auto mesh = meshrt::init_device_mesh(world, "cpu", {2, world->size() / 2}, {"dp", "tp"});
+//   meshrt::Communicator& tp = mesh->comm("tp");
+//
+//   std::vector<float> grad(1024, 1.0f);
+//   tp.all_reduce(meshrt::view(grad))->wait();  // Sum over the tp group, in place.
+//
+//   // Async: start the gather, compute meanwhile, wait before touching `shard` or `full`.
+//   std::vector<float> shard(256), full(256 * world->size());
+//   meshrt::WorkHandle gather = world->all_gather(meshrt::view(shard), meshrt::view(full));
+//   compute_something_else();
+//   gather->wait();
+//
+//   // Point-to-point, between group ranks; a recv matches the peer's send of the same tag (0).
+//   if (world->rank() == 0) world->send(meshrt::view(grad), /*peer=*/1)->wait();
+//   if (world->rank() == 1) world->recv(meshrt::view(grad), /*peer=*/0)->wait();
+//
+//   try {
+//     world->all_reduce(meshrt::view(grad), meshrt::ReduceOp::kAvg, {std::chrono::seconds(30)})
+//         ->wait();
+//   } catch (const meshrt::Error& e) {
+//     // Bad arguments are thrown by the call, op failures by wait() under MESHRT_ON_TIMEOUT=throw
+//     // (the default policy of init() jobs exits instead). what() names rank, comm, op and seq.
+//     std::fprintf(stderr, "%s\n", e.what());
+//     if (e.code() != meshrt::ErrorCode::kInvalidArgument) throw;  // Recreate: see error.h.
+//   }
 #pragma once
 
 #include <chrono>
@@ -22,31 +52,42 @@
 
 namespace meshrt {
 
-// The default op timeout of a communicator, as in PyTorch's Gloo and NCCL groups.
+// The default op timeout of a communicator: 10 minutes, as PyTorch's NCCL groups (its Gloo groups
+// default to 30).
 inline constexpr std::chrono::milliseconds kDefaultOpTimeout{std::chrono::minutes(10)};
 
 // Options of a communicator created by split().
 struct CommOptions {
-  std::string name;                      // Default: "<parent name>/split<N>.<color>".
-  std::string description;               // Default: the name.
-  std::string mesh_dim;                  // The mesh dim it serves, for tracing; empty for none.
-  std::chrono::milliseconds timeout{0};  // Default op timeout; 0 inherits the parent's.
+  // Name in logs, errors and traces. Default: "<parent name>/split<N>.<color>".
+  std::string name;
+  std::string description;  // In dumps (PyTorch's pg_desc), e.g. "mesh_tp". Default: the name.
+  std::string mesh_dim;     // The mesh dim it serves, for tracing; empty for none.
+  std::chrono::milliseconds timeout{0};  // Default op timeout; 0 (or less) inherits the parent's.
 };
 
 // Per-call options.
 struct OpOptions {
-  std::chrono::milliseconds timeout{0};  // 0 = the communicator's default.
+  // Bound of this op; 0 = the communicator's default. Negative fails with kInvalidArgument;
+  // longer than kMaxTimeout is cut to it.
+  std::chrono::milliseconds timeout{0};
 };
 
 // Passed as split()'s color by ranks that join no new communicator (like NCCL_SPLIT_NOCOLOR).
 inline constexpr int kNoColor = -1;
 
-// Every op records the scope it was called in (trace/scope.h) and its caller's file and line;
-// the defaulted `caller` argument captures the latter at no cost.
+// A group of ranks on which ops run asynchronously: each op call validates its arguments (throwing
+// Error(kInvalidArgument) at once when they are wrong), enqueues the op and returns its
+// WorkHandle; one worker thread per communicator runs the ops in call order, and Work::wait()
+// throws the op's failure. Buffers must stay valid and untouched until the op's work is done.
+// Any thread may call ops; every rank must call the collectives in the same order. Every op records
+// the scope it was called in (trace/scope.h) and its caller's file and line; the defaulted `caller`
+// argument captures the latter at no cost.
 class Communicator {
  public:
-  // Used by init() and split(); users get communicators from those. `resources` is kept alive as
-  // long as the communicator or any communicator split from it (the store, a listening server).
+  // Used by init(), make_inproc_world() and split(); users get communicators from those.
+  // `resources` is kept alive as long as the communicator or any communicator split from it (the
+  // store, a listening server). Throws Error(kInvalidArgument) naming a malformed MESHRT_*
+  // variable (sinks, watchdog, debug statistics are read with the first communicator).
   Communicator(trace::CommInfo info, std::unique_ptr<Backend> backend,
                std::shared_ptr<void> resources);
   // Lets queued ops finish (each is bounded by its timeout), then stops the worker.
@@ -54,22 +95,31 @@ class Communicator {
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
 
+  // This process's rank in the group, in [0, size()).
   int rank() const { return info_->rank; }
+  // Number of ranks in the group.
   int size() const { return static_cast<int>(info_->global_ranks.size()); }
   // Global rank of this process.
   int global_rank() const { return info_->global_rank; }
+  // Name in logs, errors and traces, e.g. "world" or "mesh0/tp".
   const std::string& name() const { return info_->name; }
+  // PyTorch-style description for dumps, e.g. "default_pg" or "mesh_tp".
   const std::string& description() const { return info_->description; }
   // Global rank of each group rank.
   std::span<const int> global_ranks() const { return info_->global_ranks; }
+  // Default op timeout, used when OpOptions::timeout is 0.
   std::chrono::milliseconds timeout() const { return std::chrono::milliseconds(info_->timeout_ms); }
+  // The backend's name: "gloo", "inproc", ...
   std::string_view backend_name() const { return backend_->name(); }
+  // The backend library's version, for dumps and reports.
   std::string backend_version() const { return backend_->version(); }
   // The identity that every trace record of this communicator carries.
   const std::shared_ptr<const trace::CommInfo>& info() const { return info_; }
-  // Per-communicator counters: ops enqueued so far (collectives, p2p ops, all ops).
+  // Collectives enqueued so far, split()'s and DeviceMesh's setup all_gathers included.
   uint64_t collective_seq() const;
+  // Point-to-point ops (send, recv, batch_isend_irecv) enqueued so far.
   uint64_t p2p_seq() const;
+  // All ops enqueued so far: collective_seq() + p2p_seq().
   uint64_t op_seq() const;
 
   // Reduces `data` across the group in place.
@@ -81,18 +131,21 @@ class Communicator {
   // Reduces `data` into `data` of rank `root`; other ranks' buffers are left unchanged.
   WorkHandle reduce(BufferView data, int root, ReduceOp op = ReduceOp::kSum, OpOptions options = {},
                     std::source_location caller = std::source_location::current());
-  // Concatenates every rank's `input`, in rank order, into `output` (size() x input.count).
+  // Concatenates every rank's `input`, in rank order, into `output` (size() x input.count). In
+  // place when `input` is block rank() of `output`; any other overlap is rejected.
   WorkHandle all_gather(BufferView input, BufferView output, OpOptions options = {},
                         std::source_location caller = std::source_location::current());
-  // Reduces `input` (size() x output.count) and leaves block rank() of the result in `output`.
+  // Reduces `input` (size() x output.count) and leaves block rank() of the result in `output`. In
+  // place when `output` is block rank() of `input`; any other overlap is rejected.
   WorkHandle reduce_scatter(BufferView input, BufferView output, ReduceOp op = ReduceOp::kSum,
                             OpOptions options = {},
                             std::source_location caller = std::source_location::current());
   // Sends block j of `input` to rank j and receives rank j's block into block j of `output`; blocks
-  // are count / size() elements.
+  // are count / size() elements, and input and output have the same count.
   WorkHandle all_to_all(BufferView input, BufferView output, OpOptions options = {},
                         std::source_location caller = std::source_location::current());
   // Uneven all_to_all: input_splits[j] elements go to rank j; output_splits[j] come from rank j.
+  // Give both splits or neither (throws kInvalidArgument); each has size() entries.
   WorkHandle all_to_all(BufferView input, std::span<const size_t> input_splits, BufferView output,
                         std::span<const size_t> output_splits, OpOptions options = {},
                         std::source_location caller = std::source_location::current());
@@ -105,24 +158,29 @@ class Communicator {
   // Completes once every rank has entered it.
   WorkHandle barrier(OpOptions options = {},
                      std::source_location caller = std::source_location::current());
-  // Sends `data` to group rank `peer`; matched with the peer's recv of the same tag.
+  // Sends `data` to group rank `peer` (not this rank); matched, in order, with the peer's recvs of
+  // the same tag. A size mismatch fails the recv with kInvalidArgument.
   WorkHandle send(BufferView data, int peer, int tag = 0, OpOptions options = {},
                   std::source_location caller = std::source_location::current());
-  // Receives into `data` from group rank `peer`.
+  // Receives into `data` the next message of `tag` from group rank `peer` (not this rank).
   WorkHandle recv(BufferView data, int peer, int tag = 0, OpOptions options = {},
                   std::source_location caller = std::source_location::current());
   // Posts all sends and receives of `ops` together (no ordering deadlock between them) as one op.
+  // `ops` must not be empty.
   WorkHandle batch_isend_irecv(std::span<const P2POp> ops, OpOptions options = {},
                                std::source_location caller = std::source_location::current());
 
   // Collective over this communicator: ranks passing the same `color` form a new communicator,
   // ordered by `key`, then by rank here. Ranks passing kNoColor get nullptr. Every rank must call
-  // split in the same order relative to its other ops.
+  // split in the same order relative to its other ops. Blocks until the new communicator is
+  // connected; throws its exchange's or connection's Error, kInvalidArgument for color < -1.
   std::shared_ptr<Communicator> split(int color, int key, CommOptions options = {});
 
-  // Fails ops in flight and every later op with kAborted. Any thread may call it.
+  // Fails every op not started yet, and every later one, with kAborted. Any thread may call it.
+  // An op already running ends as its backend allows: in-process fails it (and the peers' ops)
+  // with kPeerFailure; Gloo cannot interrupt it, so it ends at its timeout.
   void abort() noexcept;
-  // The record of the op executing now, if any (for the watchdog).
+  // A snapshot of the record of the op executing now, if any (for the watchdog).
   std::optional<trace::OpRecord> running_record() const;
 
  private:

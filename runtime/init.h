@@ -13,18 +13,21 @@ namespace meshrt {
 
 // Everything init() needs. init_options_from_env() fills it from the environment.
 struct InitOptions {
-  int rank = -1;
-  int world_size = -1;
-  int local_rank = -1;        // Rank on this node; -1 when unknown.
-  int local_world_size = -1;  // Ranks on this node; -1 when unknown.
-  std::string master_addr;    // Host of the rendezvous store.
+  int rank = -1;        // This process's global rank, in [0, world_size).
+  int world_size = -1;  // Number of ranks in the job.
+  // Rank on this node (e.g. to pick a GPU); -1 when unknown. Informational: init() ignores it.
+  int local_rank = -1;
+  int local_world_size = -1;  // Ranks on this node; -1 when unknown. Informational, as local_rank.
+  std::string master_addr;    // Host of the rendezvous store; empty = 127.0.0.1.
+  // Port of the store; 0 lets rank 0 pick a free one (single-process jobs only).
   uint16_t master_port = 0;
   std::string run_id = "default";  // Namespaces the store keys of one job.
   int attempt = 0;                 // Restart count: each attempt has its own store keys.
   bool host_store = true;          // Rank 0 hosts the store; false when a launcher does.
-  std::string gloo_iface;          // Gloo's interface ("lo"); empty: derived from master_addr.
-  std::chrono::milliseconds timeout = kDefaultOpTimeout;            // Default op timeout.
-  std::chrono::milliseconds init_timeout{std::chrono::minutes(5)};  // Rendezvous deadline.
+  std::string gloo_iface;          // Gloo's interface ("eth0"); empty: derived from master_addr.
+  std::chrono::milliseconds timeout = kDefaultOpTimeout;  // Default op timeout.
+  // Rendezvous deadline: reaching the store and every peer; also the store's reply deadline.
+  std::chrono::milliseconds init_timeout{std::chrono::minutes(5)};
   // How long the world's end waits for every rank to reach it (see init()).
   std::chrono::milliseconds exit_timeout{std::chrono::seconds(30)};
   // Who set the values: "meshrun", "torchrun", "mpirun", "srun", "RANK/WORLD_SIZE set by hand",
@@ -34,18 +37,21 @@ struct InitOptions {
 
 // Reads, in this order of preference: torchrun's RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE;
 // OpenMPI's OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE}; Slurm's SLURM_PROCID, SLURM_NTASKS,
-// SLURM_LOCALID. Then MASTER_ADDR and MASTER_PORT (Slurm: SLURM_LAUNCH_NODE_IPADDR as address;
-// OpenMPI and Slurm: port 29500 by default), MESHRT_RUN_ID (or TORCHELASTIC_RUN_ID),
-// MESHRT_RESTART_COUNT (or TORCHELASTIC_RESTART_COUNT), MESHRT_EXIT_TIMEOUT_MS,
-// MESHRT_STORE_EXTERNAL=1 (a launcher hosts the store), MESHRT_GLOO_IFNAME (or
-// GLOO_SOCKET_IFNAME), MESHRT_TIMEOUT_MS and MESHRT_INIT_TIMEOUT_MS. A missing or inconsistent
-// value throws Error(kInvalidArgument) listing what was found and what is needed.
+// SLURM_LOCALID, SLURM_NTASKS_PER_NODE. Then MASTER_ADDR and MASTER_PORT, needed for more than
+// one rank (Slurm: SLURM_LAUNCH_NODE_IPADDR as address; OpenMPI and Slurm: port 29500 by
+// default), MESHRT_RUN_ID (or TORCHELASTIC_RUN_ID), MESHRT_RESTART_COUNT (or
+// TORCHELASTIC_RESTART_COUNT), MESHRT_EXIT_TIMEOUT_MS, MESHRT_STORE_EXTERNAL=1 (a launcher hosts
+// the store), MESHRT_GLOO_IFNAME (or GLOO_SOCKET_IFNAME), MESHRT_TIMEOUT_MS and
+// MESHRT_INIT_TIMEOUT_MS. A missing or inconsistent value throws Error(kInvalidArgument) listing
+// what was found and what is needed.
 InitOptions init_options_from_env();
 
 // Joins the job over Gloo and returns the world communicator ("world", description
-// "default_pg"). Rank 0 hosts the store unless options.host_store is false. Collective over
-// all ranks; throws Error(kTimeout) if they do not all arrive within options.init_timeout, and
-// Error(kInvalidArgument) if this process already joined the same run id and attempt.
+// "default_pg"), which also becomes the process's default world. Rank 0 hosts the store unless
+// options.host_store is false. Collective over all ranks; throws Error(kTimeout) if they do not
+// all arrive within options.init_timeout, Error(kStore) if rank 0 cannot listen on the port, and
+// Error(kInvalidArgument) for a rank outside the world or a second init() of the same run id and
+// attempt in this process, even after a failed one (a retry needs a new attempt on every rank).
 // When the world and everything split from it are released, the rank waits (up to
 // options.exit_timeout) until every rank got there or the job failed: the store stays up for
 // the last ones, and a finished rank is still there to dump when another one hangs.
@@ -58,7 +64,7 @@ std::shared_ptr<Communicator> init();
 // made in this process (while the program holds it). Throws Error(kInvalidArgument) when there
 // is none.
 std::shared_ptr<Communicator> default_world();
-// Sets the process-wide default world (init() does this).
+// Sets the process-wide default world (init() does this). Held weakly: the caller keeps it alive.
 void set_default_world(std::shared_ptr<Communicator> world);
 // Sets the calling thread's default world, which wins over the process-wide one (run_inproc()
 // does this: its ranks are threads). Null clears it.

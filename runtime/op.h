@@ -16,32 +16,38 @@
 
 namespace meshrt {
 
+// Whether an op kind is point-to-point (trace/op_kind.h), without the trace:: prefix.
 using trace::is_p2p;
+// The snake_case name of an op kind ("all_reduce"), without the trace:: prefix.
 using trace::op_kind_name;
 
 // One member of a batch of point-to-point ops (batch_isend_irecv).
 struct P2POp {
-  enum class Dir : uint8_t { kSend, kRecv };
-  Dir dir = Dir::kSend;
-  BufferView buffer;
-  int peer = -1;  // Rank in the communicator.
-  int tag = 0;
+  // Whether the member sends or receives.
+  enum class Dir : uint8_t {
+    kSend,  // Sends `buffer` to `peer`.
+    kRecv   // Receives into `buffer` from `peer`.
+  };
+  Dir dir = Dir::kSend;  // Send or receive.
+  BufferView buffer;     // Sent from or received into; must stay valid until the batch is done.
+  int peer = -1;         // Rank in the communicator; not this rank.
+  int tag = 0;           // Matches a send with the peer's recv of the same tag, in posting order.
 };
 
 // A fully described op. Ranks (root, peer) are ranks within the communicator.
 struct Op {
-  OpKind kind = OpKind::kBarrier;
-  BufferView input;  // In-place ops (all_reduce, broadcast, reduce) use input == output.
-  BufferView output;
-  ReduceOp reduce_op = ReduceOp::kSum;
+  OpKind kind = OpKind::kBarrier;  // Which op; it decides which fields below apply.
+  BufferView input;   // In-place ops (all_reduce, broadcast, reduce) use input == output.
+  BufferView output;  // Send and recv use input == output.
+  ReduceOp reduce_op = ReduceOp::kSum;  // all_reduce, reduce, reduce_scatter only.
   int root = -1;  // Root of broadcast, reduce, gather, scatter; peer of send and recv.
   int tag = 0;    // Send/recv tag.
   // Uneven all_to_all: elements sent to / received from each rank. Empty = equal splits.
   std::vector<size_t> input_splits;
   std::vector<size_t> output_splits;
-  std::vector<P2POp> p2p;  // Members of a kBatchP2P.
-  std::chrono::milliseconds timeout{0};
-  uint64_t op_seq = 0;  // The communicator's count of all ops, this one included.
+  std::vector<P2POp> p2p;                // Members of a kBatchP2P.
+  std::chrono::milliseconds timeout{0};  // Resolved and capped: never 0 once enqueued.
+  uint64_t op_seq = 0;                   // The communicator's count of all ops, this one included.
   // The count of collectives: equal on all ranks for the same collective (p2p ops may differ
   // per rank), so backends derive message tags from it.
   uint64_t collective_seq = 0;

@@ -25,7 +25,8 @@ class Watched {
   virtual ~Watched() = default;
   // The record of the op executing now, if any.
   virtual std::optional<trace::OpRecord> running_record() const = 0;
-  // Fails ops in flight and every later op with kAborted.
+  // Fails every op not yet started with kAborted; one already running ends as its backend allows
+  // (in-process: at once; Gloo: at its timeout).
   virtual void abort() noexcept = 0;
 };
 

@@ -411,6 +411,17 @@ TEST(OpKinds, OneRowPerKindWithItsFacts) {
   EXPECT_EQ(trace::op_kind_from_name("allreduce_coalesced"), std::nullopt);
 }
 
+TEST(OpRecord, AnOpThatNeverStartedRanForNoTime) {
+  trace::OpRecord r;
+  r.end_ns = 6'350'104'000'000;  // Failed while queued: no start.
+  EXPECT_EQ(trace::run_ns(r), 0);
+  r.start_ns = 1000;
+  r.end_ns = 4000;
+  EXPECT_EQ(trace::run_ns(r), 3000);
+  r.end_ns = 0;  // Still running.
+  EXPECT_EQ(trace::run_ns(r), 0);
+}
+
 TEST(Env, OneParserForEveryVariable) {
   ScopedEnv env({{"MESHRT_TIMEOUT_MS", "250"}, {"MESHRT_RUN_ID", ""}});
   namespace env_ = trace::env;

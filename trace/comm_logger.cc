@@ -106,7 +106,7 @@ bool CommLogger::selected(std::string_view op) const {
 
 void CommLogger::on_end(const OpRecord& r) {
   if (r.state != OpState::kCompleted || !r.comm) return;
-  const int64_t ns = r.end_ns - r.start_ns;
+  const int64_t ns = run_ns(r);
   bool verbose;
   {
     std::lock_guard lock(mu_);

@@ -8,7 +8,8 @@
 namespace meshrt::trace {
 
 // Dumps the last MESHRT_TRACE_BUFFER_SIZE ops of this process's ranks to MESHRT_DUMP_PREFIX<rank>
-// (trigger "api"); returns the paths written, empty when recording is off. Never throws.
+// (trigger "api"), one file per rank; returns the paths written, empty when recording is off
+// (MESHRT_TRACE_BUFFER_SIZE=0). Never throws: a failed write is left out of the result.
 std::vector<std::string> dump_flight_recorder();
 
 }  // namespace meshrt::trace

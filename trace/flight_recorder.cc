@@ -279,7 +279,7 @@ Json entry_json(const OpRecord& r, std::string_view type, std::string_view meta,
   e[fr::kProfilingName] = meta.empty() ? fmt::format("{}:{}", c.backend, type)
                                        : fmt::format("{}:{} {}", c.backend, type, meta);
   e[fr::kTimeCreatedNs] = r.created_wall_ns;
-  if (ended) e[fr::kDurationMs] = static_cast<double>(r.end_ns - r.start_ns) / 1e6;
+  if (ended) e[fr::kDurationMs] = static_cast<double>(run_ns(r)) / 1e6;
   e[fr::kInputSizes] = sizes(in);
   e[fr::kOutputSizes] = sizes(out);
   e[fr::kInputDtypes] = dtypes(in);

@@ -13,7 +13,7 @@ void append_jsonl(const OpRecord& r, std::string& out) {
   const CommInfo& c = r.comm ? *r.comm : empty;
   const int n = static_cast<int>(c.global_ranks.size());
   // An op that failed before it started ran for no time.
-  const double us = r.start_ns > 0 && r.end_ns > r.start_ns ? (r.end_ns - r.start_ns) / 1e3 : 0.0;
+  const double us = run_ns(r) / 1e3;
   const ScopeNode* scope = r.scope ? r.scope : root_scope();
   const Json line = {{"rank", c.global_rank},
                      {"comm", c.name},

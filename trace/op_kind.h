@@ -13,18 +13,18 @@ namespace meshrt {
 
 // Every op a communicator offers.
 enum class OpKind : uint8_t {
-  kAllReduce,
-  kBroadcast,
-  kReduce,
-  kAllGather,
-  kReduceScatter,
-  kAllToAll,
-  kGather,
-  kScatter,
-  kBarrier,
-  kSend,
-  kRecv,
-  kBatchP2P,
+  kAllReduce,      // Communicator::all_reduce.
+  kBroadcast,      // Communicator::broadcast.
+  kReduce,         // Communicator::reduce.
+  kAllGather,      // Communicator::all_gather.
+  kReduceScatter,  // Communicator::reduce_scatter.
+  kAllToAll,       // Communicator::all_to_all, even or uneven.
+  kGather,         // Communicator::gather.
+  kScatter,        // Communicator::scatter.
+  kBarrier,        // Communicator::barrier.
+  kSend,           // Communicator::send.
+  kRecv,           // Communicator::recv.
+  kBatchP2P,       // Communicator::batch_isend_irecv.
 };
 
 }  // namespace meshrt
@@ -52,13 +52,13 @@ enum class SizeRule : uint8_t {
 
 // The facts about one op kind.
 struct OpKindInfo {
-  OpKind kind;
+  OpKind kind;            // The row's kind; rows are in OpKind order.
   std::string_view name;  // snake_case, as records, dumps and exports spell it: "all_reduce".
   bool p2p;               // send, recv and batches: matched per channel, not per collective.
   bool reduces;           // Takes a ReduceOp.
   bool rooted;            // Has a root rank: broadcast, reduce, gather, scatter.
-  BusRule bus;
-  SizeRule size;
+  BusRule bus;            // Bus-bandwidth factor.
+  SizeRule size;          // Which bytes make the message size.
 };
 
 // The row of `kind`.
@@ -68,8 +68,9 @@ std::span<const OpKindInfo> op_kinds();
 // The kind named `name` ("all_reduce", ...); nullopt for names meshrt does not produce.
 std::optional<OpKind> op_kind_from_name(std::string_view name);
 
-// Shorthands for op_info(kind).name and .p2p.
+// op_info(kind).name: "all_reduce", ... (static storage).
 inline std::string_view op_kind_name(OpKind kind) { return op_info(kind).name; }
+// op_info(kind).p2p: true for send, recv and batch_p2p.
 inline bool is_p2p(OpKind kind) { return op_info(kind).p2p; }
 
 }  // namespace meshrt::trace

@@ -17,12 +17,13 @@
 
 namespace meshrt::trace {
 
-// Progress of one communicator, updated by the flight recorder: the last collective sequence
-// number enqueued, started and completed (-1 for none), as PyTorch's pg_status reports them.
+// Progress of one communicator, updated by the flight recorder while it records: the last
+// collective sequence number enqueued, started and completed (-1 for none), as PyTorch's
+// pg_status reports them. P2p ops do not count.
 struct CommProgress {
-  std::atomic<int64_t> last_enqueued_collective{-1};
-  std::atomic<int64_t> last_started_collective{-1};
-  std::atomic<int64_t> last_completed_collective{-1};
+  std::atomic<int64_t> last_enqueued_collective{-1};   // collective_seq of the last enqueued.
+  std::atomic<int64_t> last_started_collective{-1};    // collective_seq of the last started.
+  std::atomic<int64_t> last_completed_collective{-1};  // collective_seq of the last completed.
 };
 
 // Identity of a communicator, shared by all of its records.
@@ -38,25 +39,27 @@ struct CommInfo {
   int rank = -1;                  // This process's rank in the group.
   int global_rank = -1;           // This process's global rank.
   int64_t timeout_ms = 0;         // Default op timeout.
+  // Shared so that the flight recorder can update it through a const CommInfo.
   std::shared_ptr<CommProgress> progress = std::make_shared<CommProgress>();
 };
 
-// A buffer's shape, inline (no allocation). A buffer given without a shape is 1-D.
+// A buffer's shape, inline (no allocation). A buffer given without a shape is 1-D (0-D when it
+// has no elements).
 struct Dims {
-  static constexpr size_t kMax = 8;
-  std::array<int64_t, kMax> size{};
-  uint8_t ndim = 0;
+  static constexpr size_t kMax = 8;  // The most dims kept, as Shape::kMaxDims.
+  std::array<int64_t, kMax> size{};  // size[i] for i < ndim; outermost first.
+  uint8_t ndim = 0;                  // Number of dims.
 };
 
 // Statistics of one host buffer's elements (debug mode: MESHRT_DEBUG_TENSOR_STATS=1).
 struct TensorStats {
-  bool valid = false;  // False for device buffers and empty ones.
-  uint64_t count = 0;  // Elements.
-  double min = 0;
-  double max = 0;
-  double mean = 0;  // Over the finite elements.
-  uint64_t nan_count = 0;
-  uint64_t inf_count = 0;
+  bool valid = false;      // False for device buffers and empty ones.
+  uint64_t count = 0;      // Elements.
+  double min = 0;          // Over the non-NaN elements; NaN when all are NaN.
+  double max = 0;          // Over the non-NaN elements; NaN when all are NaN.
+  double mean = 0;         // Over the finite elements; NaN when none is.
+  uint64_t nan_count = 0;  // NaN elements.
+  uint64_t inf_count = 0;  // Infinite elements, either sign.
 };
 
 // An op's buffers before and after it ran.
@@ -70,7 +73,7 @@ std::string format_tensor_stats(const TensorStats& stats);
 
 // One send or receive of a batch_isend_irecv.
 struct P2PMember {
-  bool is_send = true;
+  bool is_send = true;       // A send; false for a receive.
   int peer = -1;             // Group rank.
   uint64_t count = 0;        // Elements.
   uint64_t channel_seq = 0;  // n-th op on the channel (this rank, peer) in its direction.
@@ -78,7 +81,12 @@ struct P2PMember {
 };
 
 // Life-cycle state of a recorded op.
-enum class OpState : uint8_t { kScheduled, kStarted, kCompleted, kFailed };
+enum class OpState : uint8_t {
+  kScheduled,  // Enqueued, not started yet.
+  kStarted,    // Running on the backend.
+  kCompleted,  // Finished successfully.
+  kFailed      // Failed (OpRecord::error says why), possibly before it started.
+};
 
 // Returns "scheduled", "started", "completed" or "failed".
 std::string_view op_state_name(OpState state);
@@ -87,34 +95,34 @@ std::string_view op_state_name(OpState state);
 // created_wall_ns (system clock, comparable across hosts within clock skew).
 struct OpRecord {
   uint64_t record_id = 0;  // Process-wide, rising across all communicators (first = 1).
-  std::shared_ptr<const CommInfo> comm;
-  OpKind kind = OpKind::kBarrier;
-  std::string_view op;          // op_kind_name(kind): "all_reduce", "send", ...
-  std::string_view dtype;       // "f32", ...: static storage; empty for barrier.
-  std::string_view reduce_op;   // "sum", ...: empty when the op does not reduce.
-  uint64_t collective_seq = 0;  // Per-communicator collective count at this op (first = 1).
-  uint64_t p2p_seq = 0;         // Per-communicator p2p count at this op (first = 1).
-  uint64_t op_seq = 0;          // Per-communicator count of all ops (first = 1).
-  bool is_p2p = false;
-  uint64_t input_count = 0;   // Elements.
-  uint64_t output_count = 0;  // Elements.
-  Dims input_shape;
-  Dims output_shape;
+  std::shared_ptr<const CommInfo> comm;  // The communicator it ran on.
+  OpKind kind = OpKind::kBarrier;        // Which op; `op` spells it.
+  std::string_view op;                   // op_kind_name(kind): "all_reduce", "send", ...
+  std::string_view dtype;                // "f32", ...: static storage; empty for barrier.
+  std::string_view reduce_op;            // "sum", ...: empty when the op does not reduce.
+  uint64_t collective_seq = 0;   // Per-communicator collective count at this op (first = 1).
+  uint64_t p2p_seq = 0;          // Per-communicator p2p count at this op (first = 1).
+  uint64_t op_seq = 0;           // Per-communicator count of all ops (first = 1).
+  bool is_p2p = false;           // is_p2p(kind).
+  uint64_t input_count = 0;      // Elements.
+  uint64_t output_count = 0;     // Elements.
+  Dims input_shape;              // The input view's shape, or [input_count].
+  Dims output_shape;             // The output view's shape, or [output_count].
   uint64_t bytes = 0;            // Message size S as nccl-tests defines it.
   int root_or_peer = -1;         // Group rank of the root or peer; -1 when none.
   uint64_t p2p_channel_seq = 0;  // send/recv: n-th op on channel (this rank, peer), 0 otherwise.
   // batch_p2p: its members (the only per-op allocation, and only for batches).
   std::shared_ptr<const std::vector<P2PMember>> batch;
-  int64_t timeout_ms = 0;
-  int64_t created_wall_ns = 0;
-  int64_t enqueue_ns = 0;
-  int64_t start_ns = 0;  // 0 until started.
-  int64_t end_ns = 0;    // 0 until completed or failed.
-  OpState state = OpState::kScheduled;
-  const ScopeNode* scope = nullptr;  // The caller's scope and phase at enqueue (interned).
-  uint64_t thread_id = 0;            // The enqueuing thread (a hash of its std::thread::id).
-  const char* caller_file = "";      // Where the op was called (static storage).
-  uint32_t caller_line = 0;
+  int64_t timeout_ms = 0;               // The op's own timeout, as resolved at enqueue.
+  int64_t created_wall_ns = 0;          // System-clock time of the enqueue.
+  int64_t enqueue_ns = 0;               // When the op was enqueued.
+  int64_t start_ns = 0;                 // 0 until started; stays 0 for an op that failed before.
+  int64_t end_ns = 0;                   // 0 until completed or failed.
+  OpState state = OpState::kScheduled;  // As of the snapshot.
+  const ScopeNode* scope = nullptr;     // The caller's scope and phase at enqueue (interned).
+  uint64_t thread_id = 0;               // The enqueuing thread (a hash of its std::thread::id).
+  const char* caller_file = "";         // Where the op was called (static storage).
+  uint32_t caller_line = 0;             // Line in caller_file.
   // Issued by meshrt itself to set up communicators (split's exchange, DeviceMesh's agreement
   // check), not by the program: reports set these apart (trace::SetupOps marks them).
   bool setup = false;
@@ -122,5 +130,12 @@ struct OpRecord {
   // Debug mode only (null otherwise): written by the runtime before the event that shows it.
   std::shared_ptr<DebugStats> debug;
 };
+
+// How long the op ran, start to end, in nanoseconds; 0 when it never started or has not ended
+// (an op that fails while queued has no start).
+inline int64_t run_ns(const OpRecord& record) {
+  return record.start_ns > 0 && record.end_ns > record.start_ns ? record.end_ns - record.start_ns
+                                                                : 0;
+}
 
 }  // namespace meshrt::trace

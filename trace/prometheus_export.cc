@@ -88,7 +88,7 @@ void PrometheusMetrics::add(const OpRecord& r) {
     s.comm = r.comm;
     s.is_p2p = r.is_p2p;
   }
-  const double seconds = (r.end_ns - r.start_ns) / 1e9;
+  const double seconds = run_ns(r) / 1e9;
   ++s.count;
   s.exec_time_sum_seconds += seconds;
   const auto bucket =

@@ -75,7 +75,7 @@ void ScopeTree::on_end(const OpRecord& r) {
   DimStats& d = node.dims[dim_of(r)];
   ++d.count;
   d.bytes += r.bytes;
-  d.time_ns += r.end_ns - r.start_ns;
+  d.time_ns += run_ns(r);
   if (rank.ops.size() < kMaxOpsPerRank) rank.ops.push_back(r);
 }
 
@@ -145,7 +145,7 @@ std::string ScopeTree::json(int global_rank, int noise_level) const {
                   {"output_count", r->output_count}};
         if (noise_level >= 2) {
           e["bytes"] = r->bytes;
-          e["time_ms"] = (r->end_ns - r->start_ns) / 1e6;
+          e["time_ms"] = run_ns(*r) / 1e6;
         }
         if (noise_level >= 3) {
           e["comm"] = r->comm->name;

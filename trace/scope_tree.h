@@ -13,24 +13,29 @@
 
 namespace meshrt::trace {
 
+// Counts every op that ends (failed ones and meshrt's setup ops included) under the scope it was
+// enqueued in, per global rank of this process. Thread-safe; off until enabled.
 class ScopeTree : public Sink {
  public:
   // Ops kept per rank for noise levels 1-3; counts and sums are never capped.
   static constexpr size_t kMaxOpsPerRank = 100000;
 
-  // The process's scope tree; registered as a sink by enable().
+  // The process's scope tree (never destroyed); registered as a sink by enable().
   static ScopeTree& instance();
   // Enables instance() and writes each rank's JSON (noise level 0) to output_path(pattern, rank)
-  // at exit (MESHRT_SCOPE_TREE, through install_sinks_from_env()).
+  // at exit ("{rank}" in `pattern` is replaced; MESHRT_SCOPE_TREE, via install_sinks_from_env()).
   void write_at_exit(std::string pattern);
+  // Starts counting ops that end from now on. Idempotent.
   void enable();
+  // Stops counting; what was counted is kept.
   void disable();
+  // Forgets what was counted; enabled or not stays as it was.
   void reset();
 
-  // Global ranks that recorded something in this process.
+  // Global ranks that recorded something in this process, ascending.
   std::vector<int> ranks() const;
   // The tree of `global_rank` as text, indented by depth; `color` adds ANSI colours (use it only
-  // on a terminal).
+  // on a terminal). A rank with nothing recorded gets the bare root.
   std::string table(int global_rank, int noise_level, bool color) const;
   // The tree as JSON: {"rank", "noise_level", "root": {"scope", "name", "phase", "collectives":
   // {op: cumulative count}, "self": {op: count}, "dims": {dim: {"count", "bytes", "time_ms"}},
@@ -39,8 +44,11 @@ class ScopeTree : public Sink {
   // Writes table (no colour) or JSON atomically to `path`; false on failure.
   bool write(const std::string& path, int global_rank, int noise_level, bool as_json) const;
 
+  // Sink: ignored.
   void on_enqueue(const OpRecord&) override {}
+  // Sink: ignored.
   void on_start(const OpRecord&) override {}
+  // Sink: counts `record` under its scope and mesh dim while enabled.
   void on_end(const OpRecord& record) override;
 
  private:

@@ -10,20 +10,26 @@
 
 namespace meshrt::trace {
 
-// Receives op life-cycle events. Called on the enqueuing thread (on_enqueue) and on the
-// communicator's worker thread (on_start, on_end): implementations must be thread-safe and quick.
+// Receives op life-cycle events. on_enqueue runs on the enqueuing thread; on_start and on_end on
+// whichever thread runs the op (the communicator's worker, or a caller in Work::wait() running
+// it inline), and on_end of an op failed at enqueue (aborted communicator) on the enqueuing
+// thread. Implementations must be thread-safe and quick; an exception is counted and dropped.
 class Sink {
  public:
   virtual ~Sink() = default;
+  // Called once when the op is enqueued, in sequence order per communicator.
   virtual void on_enqueue(const OpRecord& record) = 0;
+  // Called once when the op starts running; not for an op that fails before it starts.
   virtual void on_start(const OpRecord& record) = 0;
   // Called once when the op completed or failed (record.state tells which).
   virtual void on_end(const OpRecord& record) = 0;
 };
 
-// Registers `sink` for every op of this process until remove_sink.
+// Registers `sink` for every op of this process until remove_sink. At most 32 sinks at a time;
+// beyond that the sink is ignored and an error logged. The tracer keeps `sink` alive until exit.
 void add_sink(std::shared_ptr<Sink> sink);
-// Unregisters `sink`; events already being delivered may still reach it. Delivery takes no lock.
+// Unregisters `sink`; events already being delivered may still reach it (delivery takes no lock),
+// which is why the tracer never destroys a sink it was given.
 void remove_sink(const Sink* sink);
 // For the process-lifetime sinks (comm logger, exports, stragglers): registers `sink` when it
 // turns enabled and unregisters it when it turns disabled, so a disabled sink costs ops nothing.
@@ -36,14 +42,17 @@ void run_at_exit_once(void (*write)());
 uint64_t next_record_id();
 
 // Event delivery, called by the runtime. noexcept: a throwing sink is counted and logged once.
+// Delivers on_enqueue to every registered sink.
 void emit_enqueue(const OpRecord& record) noexcept;
+// Delivers on_start to every registered sink.
 void emit_start(const OpRecord& record) noexcept;
+// Delivers on_end to every registered sink.
 void emit_end(const OpRecord& record) noexcept;
 
 // Number of exceptions sinks have thrown (and the tracer swallowed) in this process.
 uint64_t sink_failures();
 
-// Nanoseconds on the steady clock.
+// Nanoseconds on the steady clock (the time base of OpRecord's times).
 int64_t steady_now_ns();
 // Nanoseconds since the Unix epoch.
 int64_t wall_now_ns();

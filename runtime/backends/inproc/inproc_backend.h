@@ -14,17 +14,19 @@ namespace meshrt {
 
 // Options of an in-process world.
 struct InprocOptions {
-  std::string name = "world";
+  std::string name = "world";  // Name of the world communicators, in logs, errors and traces.
   std::chrono::milliseconds timeout = kDefaultOpTimeout;  // Default op timeout.
 };
 
 // Creates the world communicators of `world_size` in-process ranks; element r belongs to rank r and
-// must be used from one thread per rank (collectives block until every rank joined).
+// must be used from one thread per rank (collectives block until every rank joined). Makes the
+// watchdog's default policy "throw" for the whole process. Throws kInvalidArgument for size < 1.
 std::vector<std::shared_ptr<Communicator>> make_inproc_world(int world_size,
                                                              InprocOptions options = {});
 
-// Runs `fn(world)` on `world_size` threads, one per rank, and joins them. If any rank throws, the
-// first exception (by rank) is rethrown after all threads ended.
+// Runs `fn(world)` on `world_size` threads, one per rank, and joins them; each thread's default
+// world is its rank's. A rank that throws aborts its communicator, so that its peers fail fast
+// (kPeerFailure) instead of timing out; the first exception (by rank) is rethrown at the end.
 void run_inproc(int world_size, const std::function<void(Communicator& world)>& fn,
                 InprocOptions options = {});
 
