@@ -255,7 +255,7 @@ std::shared_ptr<Communicator> init(const InitOptions& o) {
     }
   }
   set_log_rank(o.rank);
-  trace::set_process_rank(o.rank, o.world_size);
+  trace::set_process_count(o.world_size);
   auto resources = std::make_shared<WorldResources>();
   std::string host = o.master_addr.empty() ? "127.0.0.1" : o.master_addr;
   uint16_t port = o.master_port;

@@ -223,10 +223,10 @@ TEST(RankPath, ReplacesEveryRankField) {
   EXPECT_EQ(trace::output_path("run/scope_tree_{rank}.json", 12), "run/scope_tree_12.json");
   EXPECT_EQ(trace::output_path("{rank}/{rank}", 3), "3/3");
   EXPECT_EQ(trace::output_path("one_file.json", 3), "one_file.json");
-  trace::set_process_rank(3, 4);  // A job of 4 processes: ranks must not share a file.
+  trace::set_process_count(4);  // A job of 4 processes: ranks must not share a file.
   EXPECT_EQ(trace::output_path("run/one_file.json", 3), "run/one_file_rank3.json");
   EXPECT_EQ(trace::output_path("run/{rank}.json", 3), "run/3.json");
-  trace::set_process_rank(0, 1);
+  trace::set_process_count(1);
 }
 
 TEST_F(JobReportTest, ShowsEverySectionWithItsNumbersRounded) {

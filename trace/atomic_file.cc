@@ -15,7 +15,7 @@ namespace meshrt::trace {
 namespace {
 
 constexpr std::string_view kRankField = "{rank}";
-std::atomic<int> process_world_size{0};
+std::atomic<int> process_count{0};
 
 bool fail(std::string* error, const std::string& cause) {
   if (error != nullptr) *error = cause;
@@ -68,12 +68,12 @@ bool write_output_file(const std::string& path, std::string_view text, std::stri
   return false;
 }
 
-void set_process_rank(int /*rank*/, int world_size) { process_world_size.store(world_size); }
+void set_process_count(int processes) { process_count.store(processes); }
 
 std::string output_path(std::string_view pattern, int rank) {
   std::string path(pattern);
   if (path.find(kRankField) == std::string::npos) {
-    if (process_world_size.load() <= 1) return path;
+    if (process_count.load() <= 1) return path;
     const std::filesystem::path p(path);
     const std::string name =
         p.stem().string() + "_rank" + std::to_string(rank) + p.extension().string();

@@ -17,9 +17,9 @@ bool write_file_atomically(const std::string& path, std::string_view text,
 // ("could not write the comms summary to run/0.json: Permission denied").
 bool write_output_file(const std::string& path, std::string_view text, std::string_view what);
 
-// Tells output_path() that this process is global rank `rank` of a job whose ranks run in
-// separate processes (init() calls it; in-process worlds share one process and one file).
-void set_process_rank(int rank, int world_size);
+// Tells output_path() that this process is one of `processes` processes of a job whose ranks run
+// in separate processes (init() calls it; in-process worlds share one process and one file).
+void set_process_count(int processes);
 
 // `pattern` with every "{rank}" replaced by `rank`. In a job of several processes a pattern
 // without "{rank}" gets "_rank<N>" before its extension (summary.json -> summary_rank3.json), so
