@@ -17,6 +17,7 @@
 #include "launcher/summary.h"
 #include "runtime/error.h"
 #include "runtime/store/prefix_store.h"
+#include "trace/env.h"
 
 namespace meshrt::launcher {
 
@@ -68,9 +69,8 @@ constexpr std::pair<const char*, const char*> kReportFiles[] = {
 
 // Why find_meshtrace found nothing, for the summary.
 std::string meshtrace_not_found() {
-  const char* env = std::getenv("MESHRT_MESHTRACE");
-  if (env != nullptr && *env != '\0') {
-    return fmt::format("meshtrace not found: MESHRT_MESHTRACE={} is not executable", env);
+  if (auto env = trace::env::get({"MESHRT_MESHTRACE"})) {
+    return fmt::format("meshtrace not found: MESHRT_MESHTRACE={} is not executable", *env);
   }
   return fmt::format(
       "meshtrace not found (in $MESHRT_MESHTRACE, next to meshrun in {}, or on PATH)",

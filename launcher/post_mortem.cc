@@ -11,6 +11,7 @@
 #include "launcher/child_process.h"
 #include "launcher/files.h"
 #include "launcher/unique_fd.h"
+#include "trace/env.h"
 
 namespace meshrt::launcher {
 namespace {
@@ -71,8 +72,8 @@ std::string executable_dir() {
 }
 
 std::string find_meshtrace(const std::string& exe_dir) {
-  if (const char* env = std::getenv("MESHRT_MESHTRACE"); env != nullptr && *env != '\0') {
-    return ::access(env, X_OK) == 0 ? env : "";
+  if (auto env = trace::env::get({"MESHRT_MESHTRACE"})) {
+    return ::access(env->c_str(), X_OK) == 0 ? *env : "";
   }
   if (!exe_dir.empty()) {
     const std::string candidate = exe_dir + "/meshtrace";
