@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "op.h"
+#include "pending_op.h"
 
 namespace meshrt {
 
@@ -21,9 +22,24 @@ struct SplitSpec {
   std::chrono::milliseconds timeout{0};  // Bound of the connection; the group's op timeout.
 };
 
-// Executes ops of one communicator. The communicator calls run() and split() one at a time:
-// split() on its worker thread, run() on the worker or on a caller blocked in Work::wait() (see
-// InlineRunner). abort() may come from any thread, while run() executes.
+// How a backend executes ops; the communicator picks its path from it.
+enum class ExecutionModel : uint8_t {
+  // run() executes an op to completion. The communicator calls it on its worker thread, or on a
+  // caller blocked in Work::wait() when nothing else is queued (Gloo, in-process).
+  kRunToCompletion,
+  // launch() starts an op inside a host library on the caller's thread and returns; the op has
+  // begun once launched. The communicator polls its PendingOp from Work::wait()/test() and from
+  // the watchdog thread, and fails it at its timeout (MPI). No worker thread, no hand-off.
+  kLaunch,
+  // As kLaunch, onto a device stream: the op is scheduled until the stream reaches it, and
+  // Work::wait() orders the caller's current stream after it instead of blocking (NCCL).
+  kLaunchOnStream,
+};
+
+// Executes ops of one communicator. The communicator calls run(), launch() and split() one at a
+// time, in op order: under kRunToCompletion run() and split() on its worker thread (or run() on
+// a caller blocked in Work::wait(), see WorkDriver); under kLaunch launch() and split() on the
+// thread that called the op. abort() may come from any thread, while an op runs.
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -33,8 +49,17 @@ class Backend {
   // A version string of the library underneath, for dumps and reports.
   virtual std::string version() const = 0;
   // Executes `op` to completion or throws Error (timeouts and peer failures included). Must end
-  // within op.timeout plus a small margin: the watchdog reports an op a second past it.
-  virtual void run(const Op& op) = 0;
+  // within op.timeout plus a small margin: the watchdog reports an op a second past it. The
+  // default launches the op and polls it to completion (kLaunch backends need no other).
+  virtual void run(const Op& op);
+  // Which of run() and launch() the communicator calls for the program's ops.
+  virtual ExecutionModel execution_model() const { return ExecutionModel::kRunToCompletion; }
+  // kLaunch backends: starts `op` and returns its handle without waiting for it; throws Error if
+  // it cannot be launched (nothing was started then). May complete the op before returning. The
+  // default throws Error(kNotSupported).
+  virtual std::unique_ptr<PendingOp> launch(const Op& op);
+  // Whether ops may take CUDA buffers (NCCL); validation refuses them elsewhere.
+  virtual bool accepts_cuda() const { return false; }
   // Creates the backend of a new group, connected to its members; throws Error. Called on members
   // only, after the parent ranks agreed on `spec` (through the parent's all_gather).
   virtual std::unique_ptr<Backend> split(const SplitSpec& spec) = 0;

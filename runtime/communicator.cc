@@ -38,14 +38,19 @@ void apply_environment(const trace::CommInfo& info) {
 }  // namespace
 
 // The works' handle on their communicator: it may be gone by the time a work waits, so the
-// communicator closes it on destruction, after any inline run in progress has finished.
-class Communicator::Runner : public InlineRunner {
+// communicator closes it on destruction, after any inline run in progress has finished. Every
+// launched op is done by then, so progress() and wait_on_stream() never find it closed.
+class Communicator::Driver : public WorkDriver {
  public:
-  explicit Runner(Communicator* owner) : owner_(owner) {}
+  explicit Driver(Communicator* owner) : owner_(owner) {}
   bool run_inline(const Work& work) override {
     std::lock_guard lock(mu_);
     return owner_ != nullptr && owner_->try_run_inline(work);
   }
+  void progress(const Work& work, std::chrono::steady_clock::time_point until) override {
+    owner_->progress(&work, until, /*try_only=*/false);
+  }
+  void wait_on_stream(const Work& work) override { owner_->wait_on_stream(work); }
   void close() {
     std::lock_guard lock(mu_);
     owner_ = nullptr;
@@ -62,6 +67,14 @@ class Communicator::WatchdogView final : public Watched {
   explicit WatchdogView(Communicator& comm) : comm_(comm) {}
   std::optional<trace::OpRecord> running_record() const override { return comm_.running_record(); }
   void abort() noexcept override { comm_.abort(); }
+  void progress() noexcept override {
+    if (comm_.model_ == ExecutionModel::kRunToCompletion) return;
+    try {
+      comm_.progress(nullptr, std::chrono::steady_clock::time_point::min(), /*try_only=*/true);
+    } catch (const std::exception& e) {
+      log().error("polling '{}' failed: {}", comm_.name(), e.what());
+    }
+  }
 
  private:
   Communicator& comm_;
@@ -70,8 +83,9 @@ class Communicator::WatchdogView final : public Watched {
 Communicator::Communicator(trace::CommInfo info, std::unique_ptr<Backend> backend,
                            std::shared_ptr<void> resources)
     : backend_(std::move(backend)),
+      model_(backend_->execution_model()),
       resources_(std::move(resources)),
-      runner_(std::make_shared<Runner>(this)) {
+      driver_(std::make_shared<Driver>(this)) {
   apply_environment(info);
   info.uid = next_comm_uid.fetch_add(1);
   info.backend = std::string(backend_->name());
@@ -90,6 +104,17 @@ Communicator::Communicator(trace::CommInfo info, std::unique_ptr<Backend> backen
 }
 
 Communicator::~Communicator() {
+  // Launched ops hold the caller's buffers: finish (or time out) every one first.
+  if (model_ != ExecutionModel::kRunToCompletion) {
+    for (;;) {
+      {
+        std::lock_guard lock(inflight_mu_);
+        if (inflight_.empty()) break;
+      }
+      progress(nullptr, std::chrono::steady_clock::time_point::min(), /*try_only=*/false);
+      std::this_thread::yield();
+    }
+  }
   Watchdog::instance().remove(watchdog_view_.get());
   trace::FlightRecorder::instance().unregister_comm(info_.get());
   {
@@ -98,7 +123,7 @@ Communicator::~Communicator() {
   }
   cv_.notify_all();
   if (worker_.joinable()) worker_.join();
-  runner_->close();
+  driver_->close();
 }
 
 uint64_t Communicator::collective_seq() const {
@@ -117,7 +142,7 @@ uint64_t Communicator::op_seq() const {
 WorkHandle Communicator::enqueue(Op op, OpOptions options, const std::source_location& caller) {
   op.timeout = options.timeout.count() != 0 ? options.timeout : timeout();
   op.timeout = capped_timeout(op.timeout);
-  validate_op(op, *info_, /*accepts_cuda=*/false);
+  validate_op(op, *info_, backend_->accepts_cuda());
 
   trace::OpRecord rec = make_record(op, info_, caller);
   if (debug_tensor_stats_enabled()) {
@@ -127,6 +152,10 @@ WorkHandle Communicator::enqueue(Op op, OpOptions options, const std::source_loc
   std::shared_ptr<trace::DebugStats> debug = rec.debug;
 
   WorkHandle work;
+  // Launching backends take the op on this thread: numbering and launch() in one critical
+  // section keep every rank's launch order equal to its call order.
+  std::unique_lock launch_lock(launch_mu_, std::defer_lock);
+  if (model_ != ExecutionModel::kRunToCompletion) launch_lock.lock();
   {
     std::lock_guard lock(mu_);
     // Numbered like PyTorch's Flight Recorder: collectives and p2p ops count separately, each
@@ -148,19 +177,153 @@ WorkHandle Communicator::enqueue(Op op, OpOptions options, const std::source_loc
     // Sinks hear of the op before the worker can start it, and in sequence order.
     trace::emit_enqueue(rec);
     work = std::make_shared<Work>(std::move(rec));
-    work->set_runner(runner_);
+    work->set_driver(driver_, model_ == ExecutionModel::kRunToCompletion ? WorkPath::kQueued
+                              : model_ == ExecutionModel::kLaunch        ? WorkPath::kLaunched
+                                                                  : WorkPath::kLaunchedOnStream);
     if (aborted_) {
-      work->mark_failed(Error(ErrorCode::kAborted,
-                              {global_rank(), name(), std::string(op_kind_name(op.kind)),
-                               static_cast<int64_t>(op.op_seq)},
-                              "the communicator was aborted"));
+      work->mark_failed(
+          Error(ErrorCode::kAborted, context(op.kind, op.op_seq), "the communicator was aborted"));
       return work;
     }
-    if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
-    queue_.push_back(Task{std::move(op), work, nullptr, std::move(debug)});
+    if (model_ == ExecutionModel::kRunToCompletion) {
+      if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
+      queue_.push_back(Task{std::move(op), work, nullptr, std::move(debug)});
+    }
+  }
+  if (model_ != ExecutionModel::kRunToCompletion) {
+    launch(op, work, std::move(debug));
+    return work;
   }
   cv_.notify_one();
   return work;
+}
+
+ErrorContext Communicator::context(OpKind kind, uint64_t op_seq) const {
+  return {global_rank(), name(), std::string(op_kind_name(kind)), static_cast<int64_t>(op_seq)};
+}
+
+void Communicator::launch(const Op& op, const WorkHandle& work,
+                          std::shared_ptr<trace::DebugStats> debug) {
+  Launched* entry;
+  {
+    std::lock_guard lock(inflight_mu_);
+    // Listed before launch() so that the watchdog sees an op whose launch blocks.
+    entry = &inflight_.emplace_back();
+    entry->work = work;
+    entry->deadline_ns = trace::steady_now_ns() + op.timeout.count() * 1'000'000;
+    entry->kind = op.kind;
+    entry->op_seq = op.op_seq;
+    entry->debug = std::move(debug);
+    entry->output = op.output;
+  }
+  // A host library has begun the op once called; a stream's op begins when the stream gets to
+  // it, which poll() reports.
+  if (model_ == ExecutionModel::kLaunch) work->mark_started();
+  std::unique_ptr<PendingOp> pending;
+  std::optional<Error> failure;
+  try {
+    pending = backend_->launch(op);
+  } catch (const Error& e) {
+    failure.emplace(e.code(), context(op.kind, op.op_seq), e.detail());
+  } catch (const std::exception& e) {
+    failure.emplace(ErrorCode::kBackend, context(op.kind, op.op_seq), e.what());
+  }
+  {
+    // push_back never moves deque elements, and pollers skip an entry without `pending`, so
+    // `entry` is still ours.
+    std::lock_guard lock(inflight_mu_);
+    entry->started = model_ == ExecutionModel::kLaunch;
+    entry->pending = std::move(pending);
+    entry->done = failure.has_value();
+  }
+  if (failure) fail(*work, std::move(*failure));
+}
+
+void Communicator::progress(const Work* target, std::chrono::steady_clock::time_point until,
+                            bool try_only) {
+  for (;;) {
+    std::vector<std::pair<WorkHandle, Error>> failed;
+    {
+      std::unique_lock lock(inflight_mu_, std::defer_lock);
+      if (try_only) {
+        if (!lock.try_lock()) return;
+      } else {
+        lock.lock();
+      }
+      poll_launched(failed);
+    }
+    // Outside inflight_mu_: the watchdog may dump, exit, or call back into running_record().
+    bool timed_out = false;
+    for (auto& [work, error] : failed) {
+      timed_out |= error.code() == ErrorCode::kTimeout;
+      fail(*work, std::move(error));
+    }
+    // A timed-out op is still inside the backend: nothing after it can run in order. Abort, as
+    // PyTorch's watchdog aborts a NCCL communicator.
+    if (timed_out) abort();
+    if (target == nullptr || target->done_now() || std::chrono::steady_clock::now() >= until) {
+      return;
+    }
+    std::this_thread::yield();
+  }
+}
+
+void Communicator::poll_launched(std::vector<std::pair<WorkHandle, Error>>& failed) {
+  const bool aborted = aborted_.load(std::memory_order_relaxed);
+  int64_t now_ns = 0;
+  for (Launched& e : inflight_) {
+    if (e.done || !e.pending) continue;
+    if (aborted) {
+      e.pending->abandon();
+      e.done = true;
+      failed.emplace_back(e.work, Error(ErrorCode::kAborted, context(e.kind, e.op_seq),
+                                        "the communicator was aborted"));
+      continue;
+    }
+    try {
+      const PollResult r = e.pending->poll();
+      if (r.state != PollResult::State::kScheduled && !e.started) {
+        e.started = true;
+        e.work->mark_started(r.start_ns);
+      }
+      if (r.state == PollResult::State::kDone) {
+        e.done = true;
+        if (e.debug) e.debug->output = tensor_stats(e.output);
+        e.work->mark_completed(r.end_ns);
+        continue;
+      }
+    } catch (const Error& err) {
+      e.done = true;
+      failed.emplace_back(e.work, Error(err.code(), context(e.kind, e.op_seq), err.detail()));
+      continue;
+    } catch (const std::exception& err) {
+      e.done = true;
+      failed.emplace_back(e.work,
+                          Error(ErrorCode::kBackend, context(e.kind, e.op_seq), err.what()));
+      continue;
+    }
+    if (now_ns == 0) now_ns = trace::steady_now_ns();
+    if (now_ns > e.deadline_ns) {
+      e.pending->abandon();
+      e.done = true;
+      const int64_t timeout_ms = e.work->record().timeout_ms;
+      failed.emplace_back(
+          e.work, Error(ErrorCode::kTimeout, context(e.kind, e.op_seq),
+                        fmt::format("not finished after its timeout of {} ms ({})", timeout_ms,
+                                    e.started ? "started" : "still scheduled: never began")));
+    }
+  }
+  while (!inflight_.empty() && inflight_.front().done) inflight_.pop_front();
+}
+
+void Communicator::wait_on_stream(const Work& work) {
+  std::lock_guard lock(inflight_mu_);
+  for (Launched& e : inflight_) {
+    if (e.work.get() == &work) {
+      if (!e.done && e.pending) e.pending->wait_on_stream();
+      return;
+    }
+  }
 }
 
 void Communicator::number_channels(const Op& op, trace::OpRecord& rec) {
@@ -186,7 +349,15 @@ void Communicator::number_channels(const Op& op, trace::OpRecord& rec) {
 
 std::optional<trace::OpRecord> Communicator::running_record() const {
   WorkHandle running;
-  {
+  if (model_ != ExecutionModel::kRunToCompletion) {
+    std::lock_guard lock(inflight_mu_);
+    for (const Launched& e : inflight_) {
+      if (!e.done) {
+        running = e.work;
+        break;
+      }
+    }
+  } else {
     std::lock_guard lock(mu_);
     running = running_;
   }
@@ -251,14 +422,11 @@ void Communicator::run_task(Task& task) {
   }
   Work& work = *task.work;
   const Op& op = task.op;
-  auto context = [&] {
-    return ErrorContext{global_rank(), name(), std::string(op_kind_name(op.kind)),
-                        static_cast<int64_t>(op.op_seq)};
-  };
   {
     std::lock_guard lock(mu_);
     if (aborted_) {
-      work.mark_failed(Error(ErrorCode::kAborted, context(), "the communicator was aborted"));
+      work.mark_failed(
+          Error(ErrorCode::kAborted, context(op.kind, op.op_seq), "the communicator was aborted"));
       return;
     }
   }
@@ -269,9 +437,9 @@ void Communicator::run_task(Task& task) {
     work.mark_completed();
   } catch (const Error& e) {
     // Backends know the failure but not the op's identity: add it.
-    fail(work, Error(e.code(), context(), e.detail()));
+    fail(work, Error(e.code(), context(op.kind, op.op_seq), e.detail()));
   } catch (const std::exception& e) {
-    fail(work, Error(ErrorCode::kBackend, context(), e.what()));
+    fail(work, Error(ErrorCode::kBackend, context(op.kind, op.op_seq), e.what()));
   }
 }
 
@@ -436,7 +604,7 @@ std::shared_ptr<Communicator> Communicator::split(int color, int key, CommOption
   }();
   auto result = std::make_shared<std::promise<std::shared_ptr<Communicator>>>();
   auto future = result->get_future();
-  post_job([this, result, exchange, mine, all, index, timeout_ms, color, options] {
+  auto job = [this, result, exchange, mine, all, index, timeout_ms, color, options] {
     try {
       exchange->wait();
       if (color == kNoColor) {
@@ -474,15 +642,19 @@ std::shared_ptr<Communicator> Communicator::split(int color, int key, CommOption
       result->set_exception(std::make_exception_ptr(
           Error(ErrorCode::kBackend, {global_rank(), name(), "split", -1}, e.what())));
     }
-  });
+  };
+  // A launching backend takes split on the caller's thread, in call order, like its ops.
+  if (model_ == ExecutionModel::kRunToCompletion) {
+    post_job(std::move(job));
+  } else {
+    job();
+  }
   return future.get();
 }
 
 void Communicator::abort() noexcept {
-  {
-    std::lock_guard lock(mu_);
-    aborted_ = true;
-  }
+  // Once is enough: a timed-out launch and the watchdog may both get here.
+  if (aborted_.exchange(true)) return;
   backend_->abort();
 }
 

@@ -32,6 +32,7 @@
 //   }
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -76,9 +77,12 @@ struct OpOptions {
 inline constexpr int kNoColor = -1;
 
 // A group of ranks on which ops run asynchronously: each op call validates its arguments (throwing
-// Error(kInvalidArgument) at once when they are wrong), enqueues the op and returns its
-// WorkHandle; one worker thread per communicator runs the ops in call order, and Work::wait()
-// throws the op's failure. Buffers must stay valid and untouched until the op's work is done.
+// Error(kInvalidArgument) at once when they are wrong), then hands the op to its backend and
+// returns its WorkHandle; Work::wait() throws the op's failure. Gloo and in-process ops queue to
+// one worker thread per communicator (or run on a caller waiting for them); NCCL and MPI ops are
+// launched on the calling thread, in call order, and polled to completion. Buffers must stay
+// valid and untouched until the op's work is done: for GPU ops, until the op has completed on
+// its stream (Work::synchronize() or test()), not merely until wait() returned.
 // Any thread may call ops; every rank must call the collectives in the same order. Every op records
 // the scope it was called in (trace/scope.h) and its caller's file and line; the defaulted `caller`
 // argument captures the latter at no cost.
@@ -180,10 +184,24 @@ class Communicator {
   // An op already running ends as its backend allows: in-process fails it (and the peers' ops)
   // with kPeerFailure; Gloo cannot interrupt it, so it ends at its timeout.
   void abort() noexcept;
-  // A snapshot of the record of the op executing now, if any (for the watchdog).
+  // A snapshot of the record of the op executing now (launched: the oldest unfinished), if any
+  // (for the watchdog).
   std::optional<trace::OpRecord> running_record() const;
 
  private:
+  // A launched op (kLaunch backends) until it completed or failed.
+  struct Launched {
+    WorkHandle work;
+    std::unique_ptr<PendingOp> pending;  // Null while launch() runs.
+    int64_t deadline_ns = 0;             // Steady clock; the op fails with kTimeout after it.
+    OpKind kind = OpKind::kBarrier;
+    uint64_t op_seq = 0;
+    bool started = false;
+    bool done = false;
+    std::shared_ptr<trace::DebugStats> debug;  // With the output to measure, in debug mode.
+    BufferView output;
+  };
+
   struct Task {
     Op op;
     WorkHandle work;
@@ -191,7 +209,7 @@ class Communicator {
     std::shared_ptr<trace::DebugStats> debug;  // Shared with the record in debug mode.
   };
 
-  class Runner;
+  class Driver;
   class WatchdogView;
 
   WorkHandle enqueue(Op op, OpOptions options, const std::source_location& caller);
@@ -201,6 +219,16 @@ class Communicator {
   // Runs a task this thread took off the queue (busy_ set), then frees the queue.
   void run_claimed(Task& task);
   bool try_run_inline(const Work& work);
+  // kLaunch: launches `op` on this thread (launch_mu_ held, numbering done).
+  void launch(const Op& op, const WorkHandle& work, std::shared_ptr<trace::DebugStats> debug);
+  // kLaunch: polls the launched ops until `target` is done (null: once) or `until` passes. With
+  // `try_only`, gives up at once if another thread is polling.
+  void progress(const Work* target, std::chrono::steady_clock::time_point until, bool try_only);
+  // One round over the launched ops, inflight_mu_ held; failures go to `failed`.
+  void poll_launched(std::vector<std::pair<WorkHandle, Error>>& failed);
+  // kLaunchOnStream: orders the caller's stream after `work`'s op.
+  void wait_on_stream(const Work& work);
+  ErrorContext context(OpKind kind, uint64_t op_seq) const;
   // Reports a failed op to the watchdog, then fails its work.
   void fail(Work& work, Error error);
   // Numbers the op's p2p channels (peer, direction) in `rec`. Call under mu_.
@@ -208,14 +236,21 @@ class Communicator {
 
   std::shared_ptr<const trace::CommInfo> info_;
   std::unique_ptr<Backend> backend_;
+  const ExecutionModel model_;
   std::shared_ptr<void> resources_;
+
+  // kLaunch: held from numbering an op until its launch() returned, so ops launch in order.
+  std::mutex launch_mu_;
+  // kLaunch: one poller at a time; guards inflight_. Never held while calling the watchdog.
+  mutable std::mutex inflight_mu_;
+  std::deque<Launched> inflight_;  // Launched ops, oldest first; done ones leave from the front.
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Task> queue_;
   bool busy_ = false;  // A task is running, on the worker or inline on a waiting caller.
   bool stopping_ = false;
-  bool aborted_ = false;
+  std::atomic<bool> aborted_{false};  // Read without mu_ by pollers.
   uint64_t collective_seq_ = 0;
   uint64_t p2p_seq_ = 0;
   uint64_t op_seq_ = 0;
@@ -224,7 +259,7 @@ class Communicator {
   std::vector<uint64_t> sent_;      // Sends so far to each group rank.
   std::vector<uint64_t> received_;  // Receives so far from each group rank.
   std::thread worker_;              // Started by the first op: idle communicators cost no thread.
-  std::shared_ptr<Runner> runner_;  // Shared with this communicator's works.
+  std::shared_ptr<Driver> driver_;  // Shared with this communicator's works.
   std::unique_ptr<WatchdogView> watchdog_view_;  // What the watchdog sees of this communicator.
 };
 

@@ -63,8 +63,25 @@ void Watchdog::add(Watched* comm) {
 }
 
 void Watchdog::remove(Watched* comm) {
+  std::lock_guard progress(progress_mu_);
   std::lock_guard lock(mu_);
   std::erase(comms_, comm);
+}
+
+void Watchdog::set_exit(std::function<void(int status)> exit) {
+  std::lock_guard lock(mu_);
+  exit_ = std::move(exit);
+}
+
+void Watchdog::progress_all() {
+  // Not under mu_: a failure found here goes through on_op_failed(), which takes it.
+  std::lock_guard progress(progress_mu_);
+  std::vector<Watched*> comms;
+  {
+    std::lock_guard lock(mu_);
+    comms = comms_;
+  }
+  for (Watched* c : comms) c->progress();
 }
 
 void Watchdog::set_job_store(std::shared_ptr<Store> store, std::string run_id, int world_size) {
@@ -120,6 +137,7 @@ void Watchdog::loop() {
     heartbeat_.fetch_add(1, std::memory_order_relaxed);
     if (dump_requested_by_signal.exchange(false)) manual_dump(trace::DumpReason::kSignal);
     poll_pipe();
+    progress_all();
     scan_timeouts();
     if (std::chrono::steady_clock::now() >= next_signal_poll) {
       poll_remote_signal();
@@ -170,15 +188,17 @@ void Watchdog::scan_timeouts() {
     const int64_t now = trace::steady_now_ns();
     for (Watched* c : comms_) {
       auto rec = c->running_record();
-      if (rec && rec->start_ns != 0 &&
-          now - rec->start_ns > rec->timeout_ms * 1'000'000 + kGraceNs) {
+      // A launched op counts from its launch: it may never start (a GPU stream stuck before it).
+      const int64_t since = rec && rec->start_ns != 0 ? rec->start_ns : rec ? rec->enqueue_ns : 0;
+      if (rec && since != 0 && now - since > rec->timeout_ms * 1'000'000 + kGraceNs) {
         late.emplace_back(c, std::move(*rec));
       }
     }
   }
   for (auto& [comm, rec] : late) {
     // The trigger comes from the record: the communicator may be gone once mu_ is released.
-    const int64_t ran_ms = (trace::steady_now_ns() - rec.start_ns) / 1'000'000;
+    const int64_t ran_ms =
+        (trace::steady_now_ns() - (rec.start_ns != 0 ? rec.start_ns : rec.enqueue_ns)) / 1'000'000;
     trace::DumpTrigger t{
         rec.comm->global_rank, rec.comm->name, rec.is_p2p ? rec.p2p_seq : rec.collective_seq,
         std::string(rec.op),
@@ -339,12 +359,15 @@ void Watchdog::exit_after_dumps() {
   log().critical("watchdog policy 'abort': aborting the communicators and exiting with status {}",
                  kWatchdogExitCode);
   wait_for_all_dumps();
+  std::function<void(int)> exit;
   {
     std::lock_guard lock(mu_);
     for (Watched* c : comms_) c->abort();
+    exit = exit_;
   }
   log().flush();
   std::fflush(nullptr);
+  if (exit) exit(kWatchdogExitCode);
   ::_exit(kWatchdogExitCode);
 }
 

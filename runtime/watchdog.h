@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -28,6 +29,9 @@ class Watched {
   // Fails every op not yet started with kAborted; one already running ends as its backend allows
   // (in-process: at once; Gloo: at its timeout).
   virtual void abort() noexcept = 0;
+  // Polls launched ops (NCCL, MPI): completes finished ones and fails those past their timeout,
+  // even when nobody waits for them. Called by the watchdog thread every poll interval.
+  virtual void progress() noexcept {}
 };
 
 // What the watchdog does once the dumps are written.
@@ -61,9 +65,13 @@ class Watchdog {
  public:
   static Watchdog& instance();
 
-  // Called by Communicator's constructor and destructor.
+  // Called by Communicator's constructor and destructor. remove() waits for a progress() call on
+  // `comm` in flight.
   void add(Watched* comm);
   void remove(Watched* comm);
+  // How the abort policy ends the process once the dumps are written: default _exit(status);
+  // under mpirun, MPI_Abort so that the launcher ends the whole job.
+  void set_exit(std::function<void(int status)> exit);
   // The job's store (for dump signals), run id and world size, for dumps; init() sets them.
   void set_job_store(std::shared_ptr<Store> store, std::string run_id, int world_size);
   // Forgets the job store if it is `store` (the world that set it is gone).
@@ -92,6 +100,7 @@ class Watchdog {
   void loop();
   void monitor_loop();
   void scan_timeouts();
+  void progress_all();
   void poll_pipe();
   void fire(trace::DumpReason reason, const trace::DumpTrigger& trigger);
   void dump_once(trace::DumpReason reason, const trace::DumpTrigger* trigger);
@@ -109,7 +118,9 @@ class Watchdog {
   TimeoutPolicy default_policy_ = TimeoutPolicy::kAbort;
   bool started_ = false;
 
-  std::mutex poll_mu_;  // Serialises poll_remote_signal().
+  std::mutex poll_mu_;      // Serialises poll_remote_signal().
+  std::mutex progress_mu_;  // Held while progress_all() calls into communicators.
+  std::function<void(int)> exit_;
   std::mutex fire_mu_;  // Serialises fire(): the first caller dumps, later ones wait for it.
   std::atomic<bool> fired_{false};
   std::atomic<bool> dump_claimed_{false};  // The one automatic dump has begun.

@@ -14,15 +14,28 @@ namespace meshrt {
 
 class Work;
 
-// Lets a caller blocked in Work::wait() run its op on its own thread when the op is next in line
-// and nothing else runs: that saves the two thread wake-ups of a hand-off to the worker, most of
-// the latency of a small collective.
-class InlineRunner {
+// How a Work reaches its communicator. Run-to-completion backends: a caller blocked in
+// Work::wait() runs its op on its own thread when the op is next in line and nothing else runs,
+// which saves the two thread wake-ups of a hand-off to the worker. Launching backends: the caller
+// polls the launched ops itself.
+class WorkDriver {
  public:
-  virtual ~InlineRunner() = default;
+  virtual ~WorkDriver() = default;
   // Runs `work`'s op now if it is next in line and the communicator is idle; returns whether it
   // did (the op then finished).
   virtual bool run_inline(const Work& work) = 0;
+  // Polls the communicator's launched ops (completing, failing and timing them out) until
+  // `work` is done or `until` passed; `until` in the past polls once.
+  virtual void progress(const Work& work, std::chrono::steady_clock::time_point until) = 0;
+  // Makes the caller's current device stream wait for `work`'s launched op.
+  virtual void wait_on_stream(const Work& work) = 0;
+};
+
+// How the op of a Work executes (the backend's ExecutionModel, seen from the Work).
+enum class WorkPath : uint8_t {
+  kQueued,            // Queued to the communicator's worker (or run inline by wait()).
+  kLaunched,          // Launched into a host library; polled to completion.
+  kLaunchedOnStream,  // Launched onto a device stream; wait() orders the caller's stream.
 };
 
 // The state of one enqueued op, shared by the caller and the communicator's worker. Thread-safe:
@@ -34,27 +47,39 @@ class Work {
   Work(const Work&) = delete;
   Work& operator=(const Work&) = delete;
 
-  // Blocks until the op finished; throws its Error if it failed. The backend bounds every op by its
+  // Blocks until the op finished; throws its Error if it failed. Every op is bounded by its
   // timeout, so this returns or throws within about that time. When the op is next in line and
-  // the communicator is idle, runs it on the calling thread (see InlineRunner).
+  // the communicator is idle, runs it on the calling thread (see WorkDriver). GPU ops (NCCL)
+  // instead make the caller's current CUDA stream wait for the op and return at once, as
+  // PyTorch's Work::wait does; they throw only a failure already seen. Use synchronize() to
+  // block the host.
   void wait();
-  // Like wait(), but throws Error(kTimeout) if the op has not finished after `timeout` (capped to
-  // kMaxTimeout). The op itself runs on: waiting again is safe. Never runs the op inline.
+  // Blocks the host until the op finished, on every backend; throws its Error if it failed.
+  void synchronize();
+  // Like synchronize(), but throws Error(kTimeout) if the op has not finished after `timeout`
+  // (capped to kMaxTimeout). The op itself runs on: waiting again is safe. Never runs the op
+  // inline.
   void wait(std::chrono::milliseconds timeout);
-  // True once the op completed or failed; never blocks.
+  // True once the op completed or failed; never blocks (a launched op is polled once).
   bool test() const;
+  // PyTorch's name for test().
+  bool is_completed() const { return test(); }
   // The failure, if the op failed.
   std::optional<Error> error() const;
   // A snapshot of the op's trace record (state and times as of now).
   trace::OpRecord record() const;
 
-  // Called by the runtime, before the work is shared: who may run the op for a waiting caller.
-  void set_runner(std::shared_ptr<InlineRunner> runner) { runner_ = std::move(runner); }
-  // Called by the runtime: the op began executing (state kStarted, start time, trace event).
-  void mark_started();
-  // Called by the runtime: the op succeeded (state kCompleted, end time, trace event); wakes the
-  // waiters.
-  void mark_completed();
+  // Called by the runtime, before the work is shared: how the op executes and who drives it.
+  void set_driver(std::shared_ptr<WorkDriver> driver, WorkPath path) {
+    driver_ = std::move(driver);
+    path_ = path;
+  }
+  // Called by the runtime: the op began executing (state kStarted, trace event) at `start_ns`
+  // (steady clock; 0 = now).
+  void mark_started(int64_t start_ns = 0);
+  // Called by the runtime: the op succeeded (state kCompleted, trace event) at `end_ns` (0 =
+  // now); wakes the waiters.
+  void mark_completed(int64_t end_ns = 0);
   // Called by the runtime: the op failed with `error`; record_failure() then release().
   void mark_failed(Error error);
   // mark_failed's first step, so that the watchdog can dump the failure before any waiter sees
@@ -64,12 +89,20 @@ class Work {
   void release();
 
  private:
+  friend class Communicator;
+  // Whether the op completed or failed, without polling.
+  bool done_now() const {
+    std::lock_guard lock(mu_);
+    return done_;
+  }
+
   mutable std::mutex mu_;
   std::condition_variable cv_;
   trace::OpRecord record_;
   std::optional<Error> error_;
   bool done_ = false;
-  std::shared_ptr<InlineRunner> runner_;
+  std::shared_ptr<WorkDriver> driver_;
+  WorkPath path_ = WorkPath::kQueued;
 };
 
 // What every op call returns. Shared ownership: the caller and the worker both hold the handle,
