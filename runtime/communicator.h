@@ -64,6 +64,9 @@ struct CommOptions {
   std::string description;  // In dumps (PyTorch's pg_desc), e.g. "mesh_tp". Default: the name.
   std::string mesh_dim;     // The mesh dim it serves, for tracing; empty for none.
   std::chrono::milliseconds timeout{0};  // Default op timeout; 0 (or less) inherits the parent's.
+  // The new communicator's backend ("gloo", "mpi", "nccl"); empty: the parent's. Like PyTorch's
+  // backend_override.
+  std::string backend;
 };
 
 // Per-call options.

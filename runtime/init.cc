@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/backends/gloo/gloo_backend.h"
+#include "runtime/backend_factory.h"
 #include "runtime/error.h"
 #include "runtime/error_file.h"
 #include "runtime/store/prefix_store.h"
@@ -129,6 +129,7 @@ InitOptions read_init_options() {
   if (auto t = trace::env::get_ms({"MESHRT_EXIT_TIMEOUT_MS"})) o.exit_timeout = *t;
   o.host_store = !trace::env::get_flag({"MESHRT_STORE_EXTERNAL"});
   if (auto i = trace::env::get({"MESHRT_GLOO_IFNAME", "GLOO_SOCKET_IFNAME"})) o.gloo_iface = *i;
+  if (auto b = trace::env::get_choice({"MESHRT_BACKEND"}, {"gloo", "mpi", "nccl"})) o.backend = *b;
   if (auto t = trace::env::get_ms({"MESHRT_TIMEOUT_MS"}, 1)) o.timeout = *t;
   if (auto t = trace::env::get_ms({"MESHRT_INIT_TIMEOUT_MS"}, 1)) o.init_timeout = *t;
   return o;
@@ -291,24 +292,27 @@ std::shared_ptr<Communicator> init(const InitOptions& o) {
   log().info("joining run '{}' as rank {} of {} (from {}), store {}:{}", o.run_id, o.rank,
              o.world_size, o.source, host, port);
 
-  GlooConfig g;
-  g.store = resources->store;
-  g.store_key = "world";
-  g.iface = o.gloo_iface;
-  if (g.iface.empty()) {
+  GroupSpec spec;
+  spec.name = "world";
+  spec.store_key = "world";
+  spec.global_ranks.resize(o.world_size);
+  std::iota(spec.global_ranks.begin(), spec.global_ranks.end(), 0);
+  spec.rank = o.rank;
+  spec.timeout = o.init_timeout;
+  spec.store = resources->store;
+  spec.local_rank = o.local_rank;
+  spec.iface = o.gloo_iface;
+  if (spec.iface.empty()) {
     // Loopback jobs stay on loopback; otherwise peers reach us by our host name.
     if (is_loopback(host)) {
-      g.hostname = "127.0.0.1";
+      spec.hostname = "127.0.0.1";
     } else {
       char name[256] = {};
       gethostname(name, sizeof(name) - 1);
-      g.hostname = name;
+      spec.hostname = name;
     }
   }
-  g.rank = o.rank;
-  g.size = o.world_size;
-  g.timeout = o.init_timeout;
-  auto backend = make_gloo_backend(g);
+  auto backend = make_backend(o.backend, spec);
 
   trace::CommInfo info;
   info.store_key = "world";

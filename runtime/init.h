@@ -25,6 +25,8 @@ struct InitOptions {
   int attempt = 0;                 // Restart count: each attempt has its own store keys.
   bool host_store = true;          // Rank 0 hosts the store; false when a launcher does.
   std::string gloo_iface;          // Gloo's interface ("eth0"); empty: derived from master_addr.
+  // The world's backend: "gloo", "mpi" or "nccl" (see built_backends() in backend_factory.h).
+  std::string backend = "gloo";
   std::chrono::milliseconds timeout = kDefaultOpTimeout;  // Default op timeout.
   // Rendezvous deadline: reaching the store and every peer; also the store's reply deadline.
   std::chrono::milliseconds init_timeout{std::chrono::minutes(5)};
@@ -41,12 +43,12 @@ struct InitOptions {
 // one rank (Slurm: SLURM_LAUNCH_NODE_IPADDR as address; OpenMPI and Slurm: port 29500 by
 // default), MESHRT_RUN_ID (or TORCHELASTIC_RUN_ID), MESHRT_RESTART_COUNT (or
 // TORCHELASTIC_RESTART_COUNT), MESHRT_EXIT_TIMEOUT_MS, MESHRT_STORE_EXTERNAL=1 (a launcher hosts
-// the store), MESHRT_GLOO_IFNAME (or GLOO_SOCKET_IFNAME), MESHRT_TIMEOUT_MS and
+// the store), MESHRT_GLOO_IFNAME (or GLOO_SOCKET_IFNAME), MESHRT_BACKEND, MESHRT_TIMEOUT_MS and
 // MESHRT_INIT_TIMEOUT_MS. A missing or inconsistent value throws Error(kInvalidArgument) listing
 // what was found and what is needed.
 InitOptions init_options_from_env();
 
-// Joins the job over Gloo and returns the world communicator ("world", description
+// Joins the job over options.backend and returns the world communicator ("world", description
 // "default_pg"), which also becomes the process's default world. Rank 0 hosts the store unless
 // options.host_store is false. Collective over all ranks; throws Error(kTimeout) if they do not
 // all arrive within options.init_timeout, Error(kStore) if rank 0 cannot listen on the port, and
