@@ -10,6 +10,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "runtime/backend_factory.h"
 #include "runtime/error.h"
 #include "runtime/init.h"
 #include "trace/scope.h"
@@ -20,10 +21,11 @@ namespace meshrt {
 struct MeshRoot {
   std::shared_ptr<Communicator> world;
   std::string device;
-  std::string name;                    // "mesh0": prefix of communicator names.
-  std::vector<int> rank_map;           // Mesh position -> rank in `world`.
-  int64_t my_position = -1;            // This rank's position; -1 when not in the mesh.
-  std::vector<std::string> dim_names;  // The root's dims, for flatten name clashes.
+  std::string name;                             // "mesh0": prefix of communicator names.
+  std::vector<int> rank_map;                    // Mesh position -> rank in `world`.
+  int64_t my_position = -1;                     // This rank's position; -1 when not in the mesh.
+  std::vector<std::string> dim_names;           // The root's dims, for flatten name clashes.
+  std::map<std::string, std::string> backends;  // MeshOptions::backend_override.
   std::mutex mu;
   // Flattened dims by name. Not meshes: a mesh holds its root, which would make a cycle.
   struct Flat {
@@ -117,6 +119,27 @@ void check_names(const Communicator& world, std::string_view mesh, std::string_v
   }
 }
 
+// Before any split: a dim or backend that does not exist fails every rank alike.
+void check_backends(const Communicator& world, std::string_view mesh,
+                    std::span<const std::string> names,
+                    const std::map<std::string, std::string>& overrides) {
+  std::vector<std::string> known = built_backends();
+  known.emplace_back(world.backend_name());
+  for (const auto& [dim, backend] : overrides) {
+    if (std::find(names.begin(), names.end(), dim) == names.end()) {
+      fail_at(world, mesh, "init_device_mesh",
+              fmt::format("backend_override names dim '{}', which is not among [{}]", dim,
+                          joined(names, ", ")));
+    }
+    if (std::find(known.begin(), known.end(), backend) == known.end()) {
+      fail_at(world, mesh, "init_device_mesh",
+              fmt::format("backend_override gives dim '{}' backend '{}', which this build does not "
+                          "have; it has: {}",
+                          dim, backend, fmt::join(known, ", ")));
+    }
+  }
+}
+
 std::shared_ptr<DeviceMesh> build(std::shared_ptr<Communicator> world, std::string_view device,
                                   std::vector<int64_t> shape, std::vector<int> ranks,
                                   bool explicit_ranks, std::vector<std::string> names,
@@ -125,9 +148,16 @@ std::shared_ptr<DeviceMesh> build(std::shared_ptr<Communicator> world, std::stri
     throw Error(ErrorCode::kInvalidArgument, {}, "init_device_mesh: no world communicator");
   const std::string mesh_name = options.name.empty() ? next_mesh_name(*world) : options.name;
   const auto timeout = options.timeout.count() > 0 ? options.timeout : world->timeout();
-  const std::string description = fmt::format(
+  std::string description = fmt::format(
       "device={} shape=[{}] names=[{}] ranks={}", device, fmt::join(shape, ","), joined(names, ","),
       explicit_ranks ? fmt::format("[{}]", fmt::join(ranks, ",")) : "row-major");
+  if (!options.backend_override.empty()) {
+    std::vector<std::string> overrides;
+    for (const auto& [dim, backend] : options.backend_override) {
+      overrides.push_back(dim + "=" + backend);
+    }
+    description += fmt::format(" backends=[{}]", joined(overrides, ","));
+  }
   // First agree, then validate: a rank with bad arguments then fails together with the others
   // instead of leaving them waiting in the first split.
   check_same_everywhere(*world, mesh_name, description, timeout);
@@ -145,6 +175,7 @@ std::shared_ptr<DeviceMesh> build(std::shared_ptr<Communicator> world, std::stri
                         names.size(), joined(names, ", "), shape.size(), fmt::join(shape, ", ")));
   }
   check_names(*world, mesh_name, op, names);
+  check_backends(*world, mesh_name, names, options.backend_override);
   int64_t total = 1;
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] <= 0) {
@@ -186,6 +217,7 @@ std::shared_ptr<DeviceMesh> build(std::shared_ptr<Communicator> world, std::stri
   const auto it = std::find(root->rank_map.begin(), root->rank_map.end(), world->rank());
   root->my_position = it == root->rank_map.end() ? -1 : it - root->rank_map.begin();
   root->dim_names = names;
+  root->backends = std::move(options.backend_override);
   auto mesh = std::make_shared<DeviceMesh>(root, mesh::row_major(shape, names),
                                            std::vector<std::shared_ptr<Communicator>>{});
   return mesh;
@@ -213,6 +245,9 @@ std::shared_ptr<Communicator> DeviceMesh::split_dim(const mesh::Dim& d) const {
   options.name = root_->name + "/" + d.name;
   options.description = "mesh_" + d.name;
   options.mesh_dim = d.name;
+  if (auto it = root_->backends.find(d.name); it != root_->backends.end()) {
+    options.backend = it->second;
+  }
   auto comm = root_->world->split(p >= 0 ? static_cast<int>(d.base(p)) : kNoColor,
                                   p >= 0 ? static_cast<int>(d.coordinate(p)) : 0, options);
   if (comm) {

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <initializer_list>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -23,6 +24,10 @@ struct MeshOptions {
   // Bound of the cross-rank consistency check; 0 = the world's op timeout. The dims'
   // communicators take the world's op timeout either way.
   std::chrono::milliseconds timeout{0};
+  // A backend per dim, by dim name ({"dp", "mpi"}), like PyTorch's backend_override; dims not
+  // named use the world's backend. Every rank must pass the same map (checked). Needs a world
+  // made by init().
+  std::map<std::string, std::string> backend_override;
 };
 
 // The state a mesh shares with every mesh sliced, flattened or unflattened from it (internal).

@@ -27,6 +27,15 @@ struct GroupSpec {
   int local_rank = -1;  // Rank on this node (NCCL picks its device from it); -1 unknown.
 };
 
+// What init() knows of the job that a backend of another kind needs later (a mesh dim with its
+// own backend). Every communicator split from an init() world carries it.
+struct JobContext {
+  std::shared_ptr<Store> store;  // The job's store.
+  std::string hostname;          // Gloo: the address to listen on.
+  std::string iface;             // Gloo: the network interface (wins over hostname).
+  int local_rank = -1;           // Rank on this node; -1 unknown.
+};
+
 // The backends this build has, in order of preference: "gloo", then "mpi" and "nccl" when built
 // in. "inproc" is not among them: its ranks are threads (make_inproc_world).
 std::vector<std::string> built_backends();

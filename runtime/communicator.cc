@@ -7,6 +7,7 @@
 #include <atomic>
 #include <future>
 
+#include "runtime/backend_factory.h"
 #include "runtime/debug_stats.h"
 #include "runtime/error.h"
 #include "runtime/validation.h"
@@ -81,10 +82,11 @@ class Communicator::WatchdogView final : public Watched {
 };
 
 Communicator::Communicator(trace::CommInfo info, std::unique_ptr<Backend> backend,
-                           std::shared_ptr<void> resources)
+                           std::shared_ptr<void> resources, std::shared_ptr<const JobContext> job)
     : backend_(std::move(backend)),
       model_(backend_->execution_model()),
       resources_(std::move(resources)),
+      job_(std::move(job)),
       driver_(std::make_shared<Driver>(this)) {
   apply_environment(info);
   info.uid = next_comm_uid.fetch_add(1);
@@ -633,8 +635,8 @@ std::shared_ptr<Communicator> Communicator::split(int color, int key, CommOption
       child.rank = spec.rank;
       child.global_rank = global_rank();
       child.timeout_ms = timeout_ms.count();
-      result->set_value(
-          std::make_shared<Communicator>(std::move(child), backend_->split(spec), resources_));
+      result->set_value(std::make_shared<Communicator>(
+          std::move(child), make_child_backend(spec, options, child), resources_, job_));
     } catch (const Error& e) {
       result->set_exception(std::make_exception_ptr(
           Error(e.code(), {global_rank(), name(), "split", -1}, e.detail())));
@@ -650,6 +652,29 @@ std::shared_ptr<Communicator> Communicator::split(int color, int key, CommOption
     job();
   }
   return future.get();
+}
+
+std::unique_ptr<Backend> Communicator::make_child_backend(const SplitSpec& spec,
+                                                          const CommOptions& options,
+                                                          const trace::CommInfo& child) const {
+  if (options.backend.empty() || options.backend == backend_->name()) return backend_->split(spec);
+  if (!job_) {
+    throw Error(ErrorCode::kInvalidArgument, {global_rank(), name(), "split", -1},
+                fmt::format("a '{}' group split from this '{}' communicator needs a job store: "
+                            "only communicators of an init() world can change backend",
+                            options.backend, backend_->name()));
+  }
+  GroupSpec g;
+  g.name = child.name;
+  g.store_key = spec.store_key + "/" + options.backend;
+  g.global_ranks = child.global_ranks;
+  g.rank = spec.rank;
+  g.timeout = spec.timeout;
+  g.store = job_->store;
+  g.hostname = job_->hostname;
+  g.iface = job_->iface;
+  g.local_rank = job_->local_rank;
+  return make_backend(options.backend, g);
 }
 
 void Communicator::abort() noexcept {

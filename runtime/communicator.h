@@ -53,6 +53,8 @@
 
 namespace meshrt {
 
+struct JobContext;  // runtime/backend_factory.h
+
 // The default op timeout of a communicator: 10 minutes, as PyTorch's NCCL groups (its Gloo groups
 // default to 30).
 inline constexpr std::chrono::milliseconds kDefaultOpTimeout{std::chrono::minutes(10)};
@@ -93,10 +95,11 @@ class Communicator {
  public:
   // Used by init(), make_inproc_world() and split(); users get communicators from those.
   // `resources` is kept alive as long as the communicator or any communicator split from it (the
-  // store, a listening server). Throws Error(kInvalidArgument) naming a malformed MESHRT_*
-  // variable (sinks, watchdog, debug statistics are read with the first communicator).
+  // store, a listening server); `job` lets split() make a backend of another kind (init() worlds).
+  // Throws Error(kInvalidArgument) naming a malformed MESHRT_* variable (sinks, watchdog, debug
+  // statistics are read with the first communicator).
   Communicator(trace::CommInfo info, std::unique_ptr<Backend> backend,
-               std::shared_ptr<void> resources);
+               std::shared_ptr<void> resources, std::shared_ptr<const JobContext> job = nullptr);
   // Lets queued ops finish (each is bounded by its timeout), then stops the worker.
   ~Communicator();
   Communicator(const Communicator&) = delete;
@@ -180,7 +183,8 @@ class Communicator {
   // Collective over this communicator: ranks passing the same `color` form a new communicator,
   // ordered by `key`, then by rank here. Ranks passing kNoColor get nullptr. Every rank must call
   // split in the same order relative to its other ops. Blocks until the new communicator is
-  // connected; throws its exchange's or connection's Error, kInvalidArgument for color < -1.
+  // connected; throws its exchange's or connection's Error, kInvalidArgument for color < -1, and
+  // for options.backend naming a backend not built in or a world not made by init().
   std::shared_ptr<Communicator> split(int color, int key, CommOptions options = {});
 
   // Fails every op not started yet, and every later one, with kAborted. Any thread may call it.
@@ -232,6 +236,9 @@ class Communicator {
   // kLaunchOnStream: orders the caller's stream after `work`'s op.
   void wait_on_stream(const Work& work);
   ErrorContext context(OpKind kind, uint64_t op_seq) const;
+  // split(): the new group's backend, of options.backend when it names another kind.
+  std::unique_ptr<Backend> make_child_backend(const SplitSpec& spec, const CommOptions& options,
+                                              const trace::CommInfo& child) const;
   // Reports a failed op to the watchdog, then fails its work.
   void fail(Work& work, Error error);
   // Numbers the op's p2p channels (peer, direction) in `rec`. Call under mu_.
@@ -241,6 +248,7 @@ class Communicator {
   std::unique_ptr<Backend> backend_;
   const ExecutionModel model_;
   std::shared_ptr<void> resources_;
+  std::shared_ptr<const JobContext> job_;
 
   // kLaunch: held from numbering an op until its launch() returned, so ops launch in order.
   std::mutex launch_mu_;

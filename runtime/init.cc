@@ -313,6 +313,8 @@ std::shared_ptr<Communicator> init(const InitOptions& o) {
     }
   }
   auto backend = make_backend(o.backend, spec);
+  auto job = std::make_shared<JobContext>(
+      JobContext{resources->store, spec.hostname, spec.iface, spec.local_rank});
 
   trace::CommInfo info;
   info.store_key = "world";
@@ -323,7 +325,8 @@ std::shared_ptr<Communicator> init(const InitOptions& o) {
   info.rank = o.rank;
   info.global_rank = o.rank;
   info.timeout_ms = o.timeout.count();
-  auto world = std::make_shared<Communicator>(std::move(info), std::move(backend), resources);
+  auto world = std::make_shared<Communicator>(std::move(info), std::move(backend), resources,
+                                              std::move(job));
   resources->joined = true;
   set_default_world(world);
   return world;

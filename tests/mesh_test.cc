@@ -444,6 +444,72 @@ TEST(DeviceMeshValidation, EveryErrorOnEveryRank) {
       "overlap");
 }
 
+MeshOptions overriding(std::map<std::string, std::string> backends) {
+  MeshOptions o;
+  o.backend_override = std::move(backends);
+  return o;
+}
+
+TEST(DeviceMeshBackends, AGlooDimOnAnInprocWorldComputesAndTheOtherDimsKeepTheirs) {
+  InprocOptions with_job_store;
+  with_job_store.job_store = true;
+  // Like PyTorch's backend_override: dp over real Gloo pairs (loopback TCP between the rank
+  // threads), tp in-process; sums on both dims checked element-wise on every rank.
+  std::atomic<int> ok{0};
+  run_inproc(
+      4,
+      [&](Communicator& world) {
+        auto mesh = init_device_mesh(default_world(), "cpu", {2, 2}, {"dp", "tp"},
+                                     overriding({{"dp", "gloo"}}));
+        EXPECT_EQ(mesh->comm("dp").backend_name(), "gloo");
+        EXPECT_EQ(mesh->comm("tp").backend_name(), "inproc");
+        for (const char* dim : {"dp", "tp"}) {
+          Communicator& c = mesh->comm(dim);
+          std::vector<float> x(1000);
+          for (size_t i = 0; i < x.size(); ++i) x[i] = float(world.rank() * 1000 + i);
+          c.all_reduce(view(x))->wait();
+          for (size_t i = 0; i < x.size(); ++i) {
+            float want = 0;
+            for (int g : c.global_ranks()) want += float(g * 1000 + i);
+            ASSERT_EQ(x[i], want) << dim << " element " << i;
+          }
+        }
+        ++ok;
+      },
+      with_job_store);
+  EXPECT_EQ(ok.load(), 4);
+}
+
+TEST(DeviceMeshBackends, BadOverridesFailEveryRankBeforeAnySplit) {
+  expect_all_fail(
+      [](Communicator&) {
+        init_device_mesh(default_world(), "cpu", {2, 2}, {"dp", "tp"},
+                         overriding({{"ep", "gloo"}}));
+      },
+      "backend_override names dim 'ep', which is not among [dp, tp]");
+  expect_all_fail(
+      [](Communicator&) {
+        init_device_mesh(default_world(), "cpu", {2, 2}, {"dp", "tp"},
+                         overriding({{"tp", "bogus"}}));
+      },
+      "backend_override gives dim 'tp' backend 'bogus', which this build does not have; it has: "
+      "gloo");
+  // An in-process world without a job store has nowhere to connect Gloo pairs through.
+  expect_all_fail(
+      [](Communicator&) {
+        init_device_mesh(default_world(), "cpu", {2, 2}, {"dp", "tp"},
+                         overriding({{"dp", "gloo"}}));
+      },
+      "only communicators of an init() world can change backend");
+  expect_all_fail(
+      [](Communicator& world) {
+        MeshOptions o;
+        if (world.rank() == 1) o.backend_override = {{"dp", "gloo"}};
+        init_device_mesh(default_world(), "cpu", {2, 2}, {"dp", "tp"}, o);
+      },
+      "rank [1] passed device=cpu shape=[2,2] names=[dp,tp] ranks=row-major backends=[dp=gloo]");
+}
+
 TEST(DeviceMeshValidation, MismatchedMeshFailsEveryRankNamingWhoPassedWhat) {
   const auto start = std::chrono::steady_clock::now();
   expect_all_fail(

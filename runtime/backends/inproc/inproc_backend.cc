@@ -11,8 +11,12 @@
 #include <optional>
 #include <tuple>
 
+#include "runtime/backend_factory.h"
 #include "runtime/error.h"
 #include "runtime/init.h"
+#include "runtime/store/prefix_store.h"
+#include "runtime/store/tcp_store.h"
+#include "runtime/store/tcp_store_server.h"
 #include "runtime/watchdog.h"
 #include "trace/logging.h"
 
@@ -429,8 +433,19 @@ std::vector<std::shared_ptr<Communicator>> make_inproc_world(int world_size,
   std::vector<int> ranks(world_size);
   for (int r = 0; r < world_size; ++r) ranks[r] = r;
   auto group = std::make_shared<Group>(ranks);
+  std::shared_ptr<TcpStoreServer> server;
+  if (options.job_store) server = std::make_shared<TcpStoreServer>();
   std::vector<std::shared_ptr<Communicator>> comms;
   for (int r = 0; r < world_size; ++r) {
+    std::shared_ptr<const JobContext> job;
+    if (server) {
+      // A connection per rank: a rank blocked in a get must not hold up the others.
+      TcpStoreOptions o;
+      o.port = server->port();
+      job = std::make_shared<JobContext>(
+          JobContext{std::make_shared<PrefixStore>(options.name, std::make_shared<TcpStore>(o)),
+                     "127.0.0.1", "", r});
+    }
     trace::CommInfo info;
     info.store_key = options.name;
     info.name = options.name;
@@ -440,7 +455,7 @@ std::vector<std::shared_ptr<Communicator>> make_inproc_world(int world_size,
     info.global_rank = r;
     info.timeout_ms = options.timeout.count();
     comms.push_back(std::make_shared<Communicator>(
-        std::move(info), std::make_unique<InprocBackend>(group, r, ranks), nullptr));
+        std::move(info), std::make_unique<InprocBackend>(group, r, ranks), server, std::move(job)));
   }
   return comms;
 }

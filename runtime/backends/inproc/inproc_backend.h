@@ -16,6 +16,9 @@ namespace meshrt {
 struct InprocOptions {
   std::string name = "world";  // Name of the world communicators, in logs, errors and traces.
   std::chrono::milliseconds timeout = kDefaultOpTimeout;  // Default op timeout.
+  // Hosts a store on 127.0.0.1 for the world, so that a mesh dim can run over another backend
+  // (MeshOptions::backend_override {"dp", "gloo"}: Gloo pairs between the rank threads).
+  bool job_store = false;
 };
 
 // Creates the world communicators of `world_size` in-process ranks; element r belongs to rank r and
