@@ -395,7 +395,7 @@ TEST(InitEnv, NamesWhoSetTheVariables) {
 }
 
 TEST(OpKinds, OneRowPerKindWithItsFacts) {
-  ASSERT_EQ(trace::op_kinds().size(), static_cast<size_t>(OpKind::kBatchP2P) + 1);
+  ASSERT_EQ(trace::op_kinds().size(), static_cast<size_t>(OpKind::kCoalesced) + 1);
   for (const trace::OpKindInfo& info : trace::op_kinds()) {
     EXPECT_EQ(trace::op_kind_from_name(info.name), info.kind) << info.name;
     const bool rooted = info.kind == OpKind::kBroadcast || info.kind == OpKind::kReduce ||
