@@ -341,7 +341,10 @@ void Communicator::poll_launched(std::vector<std::pair<WorkHandle, Error>>& fail
 
 void Communicator::wait_on_stream(const Work& work) {
   std::lock_guard lock(inflight_mu_);
-  for (Launched& e : inflight_) {
+  // Newest first: a caller usually waits on the op it just launched, and launched ops leave the
+  // list only when polled (every 100 ms by the watchdog).
+  for (auto it = inflight_.rbegin(); it != inflight_.rend(); ++it) {
+    Launched& e = *it;
     if (e.work.get() == &work) {
       if (!e.done && e.pending) e.pending->wait_on_stream();
       return;

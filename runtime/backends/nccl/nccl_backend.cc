@@ -17,6 +17,7 @@
 #include "runtime/error.h"
 #include "trace/flight_recorder.h"
 #include "trace/logging.h"
+#include "trace/scope.h"
 #include "trace/tracer.h"
 
 namespace meshrt {
@@ -106,6 +107,8 @@ class NcclBackend final : public Backend {
   void validate(const Op& op) const override {
     auto check = [&](const BufferView& b, std::string_view what) {
       if (b.count == 0) return;
+      // meshrt's own setup traffic (split's and DeviceMesh's host all_gathers) is staged.
+      if (b.device.kind != Device::Kind::kCuda && trace::in_setup_ops()) return;
       if (b.device.kind != Device::Kind::kCuda) {
         throw Error(ErrorCode::kInvalidArgument, {},
                     fmt::format("{} is a CPU buffer (Device::cpu()); the nccl backend takes "
@@ -163,6 +166,10 @@ class NcclBackend final : public Backend {
       // Inside a coalescing block: only the NCCL calls; the group's end event covers them.
       enqueue_nccl(op, stream());
       return std::make_unique<cuda::NcclPendingOp>(comm_, group_);
+    }
+    if (op.input.device.kind == Device::Kind::kCpu && op.output.device.kind == Device::Kind::kCpu &&
+        op.kind != OpKind::kBatchP2P && op.kind != OpKind::kBarrier) {
+      return run_staged(op);
     }
     const cudaStream_t caller = cuda::current_stream();
     const cudaStream_t s = stream();
@@ -295,6 +302,46 @@ class NcclBackend final : public Backend {
   cuda::GraphWatcher* graphs() {
     if (!graphs_) graphs_ = std::make_unique<cuda::GraphWatcher>([this] { abort(); });
     return graphs_.get();
+  }
+
+  // An op already finished when launch() returns (host-staged setup ops).
+  class Finished final : public PendingOp {
+   public:
+    PollResult poll() override { return {PollResult::State::kDone}; }
+  };
+
+  // meshrt's setup ops on host buffers (split's (color, key) exchange, DeviceMesh's agreement
+  // check; validate() lets only those through): copied to the device, run on the
+  // communicator's stream and copied back, synchronously. Rare and small.
+  std::unique_ptr<PendingOp> run_staged(const Op& op) {
+    const cudaStream_t s = stream();
+    cuda::DeviceMemory in = cuda::DeviceMemory::allocate(std::max<size_t>(op.input.bytes(), 1));
+    cuda::DeviceMemory out = cuda::DeviceMemory::allocate(std::max<size_t>(op.output.bytes(), 1));
+    if (op.input.bytes() > 0) {
+      check_cuda(cudaMemcpy(in.get(), op.input.data, op.input.bytes(), cudaMemcpyHostToDevice),
+                 "cudaMemcpy");
+    }
+    Op staged = op;
+    staged.input.data = in.get();
+    staged.input.device = Device::cuda(device_);
+    staged.output.data = op.output.data == op.input.data ? in.get() : out.get();
+    staged.output.device = Device::cuda(device_);
+    check_nccl(ncclGroupStart(), "ncclGroupStart", comm());
+    try {
+      enqueue_nccl(staged, s);
+    } catch (...) {
+      (void)ncclGroupEnd();
+      throw;
+    }
+    check_nccl(ncclGroupEnd(), "ncclGroupEnd", comm());
+    wait_nccl_ready(comm(), op.timeout, op_kind_name(op.kind));
+    check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    if (op.output.bytes() > 0) {
+      check_cuda(
+          cudaMemcpy(op.output.data, staged.output.data, op.output.bytes(), cudaMemcpyDeviceToHost),
+          "cudaMemcpy");
+    }
+    return std::make_unique<Finished>();
   }
 
   // The record of a captured op, for its replays' hang reports.
