@@ -5,6 +5,11 @@
 // go down. Rank 0 prints the loss curve, the comm logger's summary and the scope tree.
 //
 //   meshrun --standalone --nproc-per-node 4 tp_mlp_train --mesh 2x2 --steps 60
+//   meshrun --standalone --nproc-per-node 4 tp_mlp_train --mesh 2x2 --backend nccl  # 4 GPUs
+//
+// With --backend nccl the same mesh code runs over NCCL: the model stays on the host (the math is
+// the point, not the speed) and every collective goes through a device staging buffer on the
+// rank's GPU (LOCAL_RANK), ordered on meshrt's current stream.
 //
 // Exit status: 0 when the loss fell below half its first value, 1 otherwise, 2 on bad flags.
 #include <unistd.h>
@@ -17,6 +22,10 @@
 
 #include "mesh/device_mesh.h"
 #include "mesh/meshrt.h"
+#include "meshrt_config.h"
+#if MESHRT_HAVE_NCCL
+#include <cuda_runtime_api.h>
+#endif
 #include "trace/run_report.h"
 #include "trace/scope.h"
 #include "trace/scope_tree.h"
@@ -76,8 +85,56 @@ void matmul(const float* a, const float* b, float* out, int r, int n, int k) {
   }
 }
 
+// Runs collectives on host vectors: directly on CPU backends, through a device staging buffer
+// on GPU backends (NCCL takes device memory only).
+class Collectives {
+ public:
+  explicit Collectives(bool on_gpu) : on_gpu_(on_gpu) {}
+  ~Collectives() {
+#if MESHRT_HAVE_NCCL
+    if (device_ != nullptr) cudaFree(device_);
+#endif
+  }
+  // All-reduces `data` in place over `comm`.
+  void all_reduce(meshrt::Communicator& comm, std::span<float> data, meshrt::Shape shape,
+                  meshrt::ReduceOp op = meshrt::ReduceOp::kSum) {
+    if (!on_gpu_) {
+      comm.all_reduce(view(data, shape), op)->wait();
+      return;
+    }
+#if MESHRT_HAVE_NCCL
+    const size_t bytes = data.size_bytes();
+    if (bytes > capacity_) {
+      if (device_ != nullptr) cudaFree(device_);
+      check(cudaMalloc(&device_, bytes), "cudaMalloc");
+      capacity_ = bytes;
+    }
+    int device = 0;
+    check(cudaGetDevice(&device), "cudaGetDevice");
+    check(cudaMemcpy(device_, data.data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+    meshrt::BufferView v{device_, data.size(), meshrt::DType::kF32, meshrt::Device::cuda(device),
+                         shape};
+    comm.all_reduce(v, op)->synchronize();
+    check(cudaMemcpy(data.data(), device_, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
+#endif
+  }
+
+ private:
+#if MESHRT_HAVE_NCCL
+  static void check(cudaError_t e, const char* what) {
+    if (e != cudaSuccess) {
+      throw meshrt::Error(meshrt::ErrorCode::kBackend, {},
+                          std::string(what) + ": " + cudaGetErrorString(e));
+    }
+  }
+  void* device_ = nullptr;
+  size_t capacity_ = 0;
+#endif
+  bool on_gpu_;
+};
+
 // Trains on this rank's shard; returns the loss of every step (the same on every rank).
-std::vector<float> train(meshrt::DeviceMesh& mesh, const Config& c) {
+std::vector<float> train(meshrt::DeviceMesh& mesh, const Config& c, Collectives& coll) {
   auto& dp = mesh.comm("dp");
   auto& tp = mesh.comm("tp");
   const int tp_rank = mesh.local_rank("tp");
@@ -124,7 +181,7 @@ std::vector<float> train(meshrt::DeviceMesh& mesh, const Config& c) {
     {
       Scope fc2("MLP.fc2", Phase::kForward);  // Row parallel: partial sums meet over tp.
       matmul_bt(act.data(), w2.data(), y.data(), b, h, c.d_out);
-      tp.all_reduce(view(y, {b, c.d_out}))->wait();
+      coll.all_reduce(tp, y, {b, c.d_out});
     }
     float loss = 0;
     for (size_t i = 0; i < y.size(); ++i) {
@@ -145,14 +202,14 @@ std::vector<float> train(meshrt::DeviceMesh& mesh, const Config& c) {
       add_at_b(dact.data(), x.data(), dw1, b, h, c.d_in);
       // The input gradient is a partial sum over tp (an earlier layer would consume it).
       matmul(dact.data(), w1.data(), dx.data(), b, h, c.d_in);
-      tp.all_reduce(view(dx, {b, c.d_in}))->wait();
+      coll.all_reduce(tp, dx, {b, c.d_in});
     }
     {
       Scope opt("optimizer", Phase::kOptimizer);
-      dp.all_reduce(view(grads), meshrt::ReduceOp::kAvg)->wait();
+      coll.all_reduce(dp, grads, {}, meshrt::ReduceOp::kAvg);
       for (size_t i = 0; i < w1.size(); ++i) w1[i] -= c.lr * dw1[i];
       for (size_t i = 0; i < w2.size(); ++i) w2[i] -= c.lr * dw2[i];
-      dp.all_reduce(view(std::span<float>(&loss, 1)), meshrt::ReduceOp::kAvg)->wait();
+      coll.all_reduce(dp, std::span<float>(&loss, 1), {}, meshrt::ReduceOp::kAvg);
     }
     losses.push_back(loss);
   }
@@ -169,6 +226,10 @@ int main(int argc, char** argv) {
   app.add_option("--mesh", mesh_text, "dp x tp, e.g. 2x2");
   app.add_option("--steps", c.steps, "training steps")->check(CLI::Range(1, 100000));
   app.add_option("--lr", c.lr, "learning rate")->check(CLI::PositiveNumber);
+  std::string backend;
+  app.add_option("--backend", backend,
+                 "the world's backend: gloo (default: MESHRT_BACKEND, else gloo), mpi, nccl")
+      ->check(CLI::IsMember({"gloo", "mpi", "nccl"}));
   try {
     app.parse(argc, argv);
     const auto x = mesh_text.find('x');
@@ -187,9 +248,20 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   try {
     meshrt::trace::ScopeTree::instance().enable();
-    auto world = meshrt::init();
-    auto mesh = meshrt::init_device_mesh(world, "cpu", {c.dp, c.tp}, {"dp", "tp"});
-    const auto losses = train(*mesh, c);
+    meshrt::InitOptions options = meshrt::init_options_from_env();
+    if (!backend.empty()) options.backend = backend;
+    const bool on_gpu = options.backend == "nccl";
+    if (on_gpu && !MESHRT_HAVE_NCCL) {
+      std::fprintf(stderr,
+                   "tp_mlp_train: --backend nccl: this meshrt was built without NCCL/CUDA "
+                   "(see docs/gpu.md)\n");
+      return 1;
+    }
+    auto world = meshrt::init(options);  // Without a GPU, NCCL fails here: "no CUDA device: ...".
+    auto mesh =
+        meshrt::init_device_mesh(world, on_gpu ? "cuda" : "cpu", {c.dp, c.tp}, {"dp", "tp"});
+    Collectives coll(on_gpu);
+    const auto losses = train(*mesh, c, coll);
     const bool learned = losses.back() < 0.5f * losses.front();
     if (world->global_rank() == 0) {
       for (size_t s = 0; s < losses.size(); s += std::max<size_t>(1, losses.size() / 6)) {

@@ -17,6 +17,7 @@ namespace meshrt {
 // What a member of a new communicator needs to create its backend (see Communicator::split).
 struct SplitSpec {
   std::string store_key;                 // Identity of the new group, equal on all of its members.
+  std::string name;                      // The new communicator's name ("mesh0/tp").
   std::vector<int> parent_ranks;         // Members, as parent ranks, in new-rank order.
   int rank = -1;                         // This process's rank in the new group.
   std::chrono::milliseconds timeout{0};  // Bound of the connection; the group's op timeout.
@@ -60,9 +61,28 @@ class Backend {
   virtual std::unique_ptr<PendingOp> launch(const Op& op);
   // Whether ops may take CUDA buffers (NCCL); validation refuses them elsewhere.
   virtual bool accepts_cuda() const { return false; }
+  // Checks what the communicator's validation cannot know (NCCL: that every buffer is device
+  // memory, through cudaPointerGetAttributes); throws Error(kInvalidArgument), which the op call
+  // throws before anything was launched. Called on the calling thread of every op.
+  virtual void validate(const Op& op) const { (void)op; }
+  // The identity of the communicator this backend serves, given once by its constructor (NCCL
+  // records the replays of CUDA graphs with it).
+  virtual void set_comm_info(std::shared_ptr<const trace::CommInfo> info) { (void)info; }
   // Creates the backend of a new group, connected to its members; throws Error. Called on members
   // only, after the parent ranks agreed on `spec` (through the parent's all_gather).
   virtual std::unique_ptr<Backend> split(const SplitSpec& spec) = 0;
+  // Called instead of split() on a parent rank that joins no new group (kNoColor), in the same
+  // order. NCCL's split is collective over the whole parent, so NCCL takes part with
+  // NCCL_SPLIT_NOCOLOR; other backends do nothing. Throws Error.
+  virtual void split_excluded() {}
+  // Communicator::start_coalescing(): the ops launched until end_coalescing() form one group (NCCL:
+  // one ncclGroupStart/End). Called by launching backends only, on the thread that launches.
+  virtual void start_coalescing() {}
+  // Closes the group opened by start_coalescing() and returns the group's PendingOp (done when
+  // every member is), or nullptr when the backend has no group of its own: the communicator then
+  // completes the closing entry once every member completed. Throws Error if the group failed to
+  // launch.
+  virtual std::unique_ptr<PendingOp> end_coalescing() { return nullptr; }
   // Makes an op in flight fail fast where the backend can interrupt it (in-process fails it with
   // kPeerFailure on every member; Gloo cannot and does nothing). The communicator itself fails
   // later ops with kAborted.

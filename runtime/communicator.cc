@@ -95,6 +95,7 @@ Communicator::Communicator(trace::CommInfo info, std::unique_ptr<Backend> backen
   if (info.timeout_ms <= 0) info.timeout_ms = kDefaultOpTimeout.count();
   info.backend_version = backend_->version();
   info_ = std::make_shared<const trace::CommInfo>(std::move(info));
+  backend_->set_comm_info(info_);
   sent_.assign(info_->global_ranks.size(), 0);
   received_.assign(info_->global_ranks.size(), 0);
   trace::FlightRecorder::instance().register_comm(info_);
@@ -145,6 +146,12 @@ WorkHandle Communicator::enqueue(Op op, OpOptions options, const std::source_loc
   op.timeout = options.timeout.count() != 0 ? options.timeout : timeout();
   op.timeout = capped_timeout(op.timeout);
   validate_op(op, *info_, backend_->accepts_cuda());
+  try {
+    backend_->validate(op);
+  } catch (const Error& e) {
+    throw Error(e.code(), {global_rank(), name(), std::string(op_kind_name(op.kind)), -1},
+                e.detail());
+  }
 
   trace::OpRecord rec = make_record(op, info_, caller);
   if (debug_tensor_stats_enabled()) {
@@ -162,10 +169,13 @@ WorkHandle Communicator::enqueue(Op op, OpOptions options, const std::source_loc
     std::lock_guard lock(mu_);
     // Numbered like PyTorch's Flight Recorder: collectives and p2p ops count separately, each
     // record carries the current value of the other counter.
+    // A coalescing block's members share one number per counter, bumped by its first member of
+    // each kind (PyTorch's start/endCoalescing).
     if (rec.is_p2p) {
-      ++p2p_seq_;
+      if (!coalescing_ || !std::exchange(coalesced_p2p_, true)) ++p2p_seq_;
     } else {
-      ++collective_seq_;
+      if (!coalescing_ || !std::exchange(coalesced_collective_, true)) ++collective_seq_;
+      ++backend_collective_seq_;
     }
     rec.collective_seq = collective_seq_;
     rec.p2p_seq = p2p_seq_;
@@ -173,7 +183,7 @@ WorkHandle Communicator::enqueue(Op op, OpOptions options, const std::source_loc
     rec.record_id = trace::next_record_id();
     rec.op_seq = ++op_seq_;
     op.op_seq = rec.op_seq;
-    op.collective_seq = rec.collective_seq;
+    op.collective_seq = backend_collective_seq_;
     rec.enqueue_ns = trace::steady_now_ns();
     rec.created_wall_ns = trace::wall_from_steady_ns(rec.enqueue_ns);
     // Sinks hear of the op before the worker can start it, and in sequence order.
@@ -182,6 +192,7 @@ WorkHandle Communicator::enqueue(Op op, OpOptions options, const std::source_loc
     work->set_driver(driver_, model_ == ExecutionModel::kRunToCompletion ? WorkPath::kQueued
                               : model_ == ExecutionModel::kLaunch        ? WorkPath::kLaunched
                                                                   : WorkPath::kLaunchedOnStream);
+    if (coalescing_) coalesced_.push_back(work);
     if (aborted_) {
       work->mark_failed(
           Error(ErrorCode::kAborted, context(op.kind, op.op_seq), "the communicator was aborted"));
@@ -189,7 +200,7 @@ WorkHandle Communicator::enqueue(Op op, OpOptions options, const std::source_loc
     }
     if (model_ == ExecutionModel::kRunToCompletion) {
       if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
-      queue_.push_back(Task{std::move(op), work, nullptr, std::move(debug)});
+      queue_.push_back(Task{std::move(op), work, {}, nullptr, std::move(debug)});
     }
   }
   if (model_ != ExecutionModel::kRunToCompletion) {
@@ -206,6 +217,12 @@ ErrorContext Communicator::context(OpKind kind, uint64_t op_seq) const {
 
 void Communicator::launch(const Op& op, const WorkHandle& work,
                           std::shared_ptr<trace::DebugStats> debug) {
+  launch_pending(op, work, std::move(debug), [&] { return backend_->launch(op); });
+}
+
+void Communicator::launch_pending(const Op& op, const WorkHandle& work,
+                                  std::shared_ptr<trace::DebugStats> debug,
+                                  const std::function<std::unique_ptr<PendingOp>()>& make) {
   Launched* entry;
   {
     std::lock_guard lock(inflight_mu_);
@@ -224,11 +241,16 @@ void Communicator::launch(const Op& op, const WorkHandle& work,
   std::unique_ptr<PendingOp> pending;
   std::optional<Error> failure;
   try {
-    pending = backend_->launch(op);
+    pending = make();
   } catch (const Error& e) {
     failure.emplace(e.code(), context(op.kind, op.op_seq), e.detail());
   } catch (const std::exception& e) {
     failure.emplace(ErrorCode::kBackend, context(op.kind, op.op_seq), e.what());
+  }
+  if (const uint64_t graph = pending ? pending->cuda_graph_id() : 0; graph != 0) {
+    // Captured into a CUDA graph: the record says which, before its completion is seen.
+    std::lock_guard lock(work->mu_);
+    work->record_.cuda_graph_id = graph;
   }
   {
     // push_back never moves deque elements, and pollers skip an entry without `pending`, so
@@ -238,6 +260,7 @@ void Communicator::launch(const Op& op, const WorkHandle& work,
     entry->pending = std::move(pending);
     entry->done = failure.has_value();
   }
+
   if (failure) fail(*work, std::move(*failure));
 }
 
@@ -320,7 +343,10 @@ void Communicator::poll_launched(std::vector<std::pair<WorkHandle, Error>>& fail
 
 void Communicator::wait_on_stream(const Work& work) {
   std::lock_guard lock(inflight_mu_);
-  for (Launched& e : inflight_) {
+  // Newest first: a caller usually waits on the op it just launched, and launched ops leave the
+  // list only when polled (every 100 ms by the watchdog).
+  for (auto it = inflight_.rbegin(); it != inflight_.rend(); ++it) {
+    Launched& e = *it;
     if (e.work.get() == &work) {
       if (!e.done && e.pending) e.pending->wait_on_stream();
       return;
@@ -371,7 +397,7 @@ void Communicator::post_job(std::function<void()> job) {
   {
     std::lock_guard lock(mu_);
     if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
-    queue_.push_back(Task{Op{}, nullptr, std::move(job), nullptr});
+    queue_.push_back(Task{Op{}, nullptr, {}, std::move(job), nullptr});
   }
   cv_.notify_one();
 }
@@ -424,6 +450,7 @@ void Communicator::run_task(Task& task) {
   }
   Work& work = *task.work;
   const Op& op = task.op;
+  if (op.kind == OpKind::kCoalesced) return finish_coalesced(task);
   {
     std::lock_guard lock(mu_);
     if (aborted_) {
@@ -610,6 +637,10 @@ std::shared_ptr<Communicator> Communicator::split(int color, int key, CommOption
     try {
       exchange->wait();
       if (color == kNoColor) {
+        // The members' split is the parent backend's only when no other backend was asked for.
+        if (options.backend.empty() || options.backend == backend_->name()) {
+          backend_->split_excluded();
+        }
         result->set_value(nullptr);
         return;
       }
@@ -621,14 +652,15 @@ std::shared_ptr<Communicator> Communicator::split(int color, int key, CommOption
                        [&](int a, int b) { return (*all)[2 * a + 1] < (*all)[2 * b + 1]; });
       SplitSpec spec;
       spec.store_key = fmt::format("{}/split{}.c{}", info_->store_key, index, color);
+      spec.name =
+          options.name.empty() ? fmt::format("{}/split{}.{}", name(), index, color) : options.name;
       spec.parent_ranks = members;
       spec.rank =
           static_cast<int>(std::find(members.begin(), members.end(), rank()) - members.begin());
       spec.timeout = timeout_ms;
       trace::CommInfo child;
       child.store_key = spec.store_key;
-      child.name =
-          options.name.empty() ? fmt::format("{}/split{}.{}", name(), index, color) : options.name;
+      child.name = spec.name;
       child.description = options.description;
       child.mesh_dim = options.mesh_dim;
       for (int r : members) child.global_ranks.push_back(info_->global_ranks[r]);
@@ -675,6 +707,129 @@ std::unique_ptr<Backend> Communicator::make_child_backend(const SplitSpec& spec,
   g.iface = job_->iface;
   g.local_rank = job_->local_rank;
   return make_backend(options.backend, g);
+}
+
+// The closing op of a coalesced group on a launching backend without groups of its own: done once
+// every member is, failed if one failed. Members sit before it in inflight_, so they are polled
+// first.
+class Communicator::CoalescedPending final : public PendingOp {
+ public:
+  explicit CoalescedPending(std::vector<WorkHandle> members) : members_(std::move(members)) {}
+  PollResult poll() override {
+    for (const WorkHandle& m : members_) {
+      if (!work_done(*m)) return {PollResult::State::kStarted};
+    }
+    for (const WorkHandle& m : members_) {
+      if (auto e = m->error()) throw member_failed(*m, *e);
+    }
+    return {PollResult::State::kDone};
+  }
+
+  // The closing entry's failure: the first failed member's code, naming it.
+  static Error member_failed(const Work& member, const Error& e) {
+    const trace::OpRecord r = member.record();
+    return Error(e.code(), {}, fmt::format("member {} #{} failed: {}", r.op, r.op_seq, e.detail()));
+  }
+
+ private:
+  std::vector<WorkHandle> members_;
+};
+
+void Communicator::start_coalescing() {
+  std::unique_lock launch_lock(launch_mu_, std::defer_lock);
+  if (model_ != ExecutionModel::kRunToCompletion) launch_lock.lock();
+  {
+    std::lock_guard lock(mu_);
+    if (coalescing_) {
+      throw Error(ErrorCode::kInvalidArgument, {global_rank(), name(), "start_coalescing", -1},
+                  "a coalescing block is already open: call end_coalescing() first");
+    }
+    coalescing_ = true;
+    coalesced_collective_ = false;
+    coalesced_p2p_ = false;
+    coalesced_.clear();
+  }
+  if (model_ == ExecutionModel::kRunToCompletion) return;
+  try {
+    backend_->start_coalescing();
+  } catch (const Error& e) {
+    std::lock_guard lock(mu_);
+    coalescing_ = false;
+    throw Error(e.code(), {global_rank(), name(), "start_coalescing", -1}, e.detail());
+  }
+}
+
+WorkHandle Communicator::end_coalescing(std::source_location caller) {
+  std::unique_lock launch_lock(launch_mu_, std::defer_lock);
+  if (model_ != ExecutionModel::kRunToCompletion) launch_lock.lock();
+  Op op;
+  op.kind = OpKind::kCoalesced;
+  op.timeout = timeout();
+  trace::OpRecord rec = make_record(op, info_, caller);
+  std::vector<WorkHandle> members;
+  WorkHandle work;
+  {
+    std::lock_guard lock(mu_);
+    if (!coalescing_) {
+      throw Error(ErrorCode::kInvalidArgument, {global_rank(), name(), "end_coalescing", -1},
+                  "no coalescing block is open: call start_coalescing() first");
+    }
+    coalescing_ = false;
+    members = std::move(coalesced_);
+    coalesced_.clear();
+    // PyTorch's closing entry: p2p when every member is, numbered with the members' shared
+    // sequence numbers (no op_id of its own), bounded by the longest member timeout.
+    rec.is_p2p = !members.empty();
+    for (const WorkHandle& m : members) {
+      const trace::OpRecord& r = m->record_;  // Immutable fields: read without its lock.
+      rec.is_p2p = rec.is_p2p && r.is_p2p;
+      op.timeout = std::max(op.timeout, std::chrono::milliseconds(r.timeout_ms));
+    }
+    rec.timeout_ms = op.timeout.count();
+    rec.collective_seq = collective_seq_;
+    rec.p2p_seq = p2p_seq_;
+    rec.record_id = trace::next_record_id();
+    rec.op_seq = op_seq_;
+    op.op_seq = rec.op_seq;
+    op.collective_seq = backend_collective_seq_;
+    rec.enqueue_ns = trace::steady_now_ns();
+    rec.created_wall_ns = trace::wall_from_steady_ns(rec.enqueue_ns);
+    trace::emit_enqueue(rec);
+    work = std::make_shared<Work>(std::move(rec));
+    work->set_driver(driver_, model_ == ExecutionModel::kRunToCompletion ? WorkPath::kQueued
+                              : model_ == ExecutionModel::kLaunch        ? WorkPath::kLaunched
+                                                                  : WorkPath::kLaunchedOnStream);
+    if (model_ == ExecutionModel::kRunToCompletion) {
+      // Behind every member on the one worker queue: they are done when it runs.
+      if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
+      queue_.push_back(Task{std::move(op), work, std::move(members), nullptr, nullptr});
+    }
+  }
+  if (model_ == ExecutionModel::kRunToCompletion) {
+    cv_.notify_one();
+    return work;
+  }
+  // The backend's group ends even on an aborted communicator: its members were launched into it.
+  launch_pending(op, work, nullptr, [&]() -> std::unique_ptr<PendingOp> {
+    if (auto group = backend_->end_coalescing()) return group;
+    return std::make_unique<CoalescedPending>(members);
+  });
+  return work;
+}
+
+void Communicator::finish_coalesced(Task& task) {
+  Work& work = *task.work;
+  work.mark_started();
+  for (const WorkHandle& m : task.members) {
+    if (auto e = m->error()) {
+      // The member has reported its own failure to the watchdog already.
+      const Error failed = CoalescedPending::member_failed(*m, *e);
+      work.mark_failed(
+          Error(failed.code(), context(OpKind::kCoalesced, task.op.op_seq), failed.detail()));
+      return;
+    }
+  }
+  work.mark_completed();
 }
 
 void Communicator::abort() noexcept {

@@ -180,6 +180,19 @@ class Communicator {
   WorkHandle batch_isend_irecv(std::span<const P2POp> ops, OpOptions options = {},
                                std::source_location caller = std::source_location::current());
 
+  // Opens a coalescing block: the ops this communicator is given until end_coalescing() are
+  // launched as one group (NCCL: one ncclGroupStart/End, so their kernels run together and p2p
+  // members cannot deadlock on each other's order). Each member is still its own op with its own
+  // Work and flight-recorder entry; members share one collective_seq (and p2p_seq), as in
+  // PyTorch. On Gloo and in-process backends members run one by one as usual. GPU members' Works
+  // complete with the group: wait on end_coalescing()'s Work. Throws Error(kInvalidArgument) if
+  // a block is already open.
+  void start_coalescing();
+  // Closes the block and returns the Work of its closing `coalesced` entry, done once every
+  // member is; it fails if a member failed. Throws Error(kInvalidArgument) without an open block,
+  // and the backend's Error if the group could not be launched.
+  WorkHandle end_coalescing(std::source_location caller = std::source_location::current());
+
   // Collective over this communicator: ranks passing the same `color` form a new communicator,
   // ordered by `key`, then by rank here. Ranks passing kNoColor get nullptr. Every rank must call
   // split in the same order relative to its other ops. Blocks until the new communicator is
@@ -212,12 +225,16 @@ class Communicator {
   struct Task {
     Op op;
     WorkHandle work;
+    std::vector<WorkHandle> members;           // A kCoalesced closing entry's members.
     std::function<void()> job;                 // Internal work (split) run on the worker, untraced.
     std::shared_ptr<trace::DebugStats> debug;  // Shared with the record in debug mode.
   };
 
   class Driver;
   class WatchdogView;
+  class CoalescedPending;
+  // Whether `work` completed or failed, without polling (for CoalescedPending).
+  static bool work_done(const Work& work) { return work.done_now(); }
 
   WorkHandle enqueue(Op op, OpOptions options, const std::source_location& caller);
   void post_job(std::function<void()> job);
@@ -228,6 +245,13 @@ class Communicator {
   bool try_run_inline(const Work& work);
   // kLaunch: launches `op` on this thread (launch_mu_ held, numbering done).
   void launch(const Op& op, const WorkHandle& work, std::shared_ptr<trace::DebugStats> debug);
+  // launch()'s body: lists the op, then calls `make` for its PendingOp (backend_->launch(op), or
+  // a coalesced group's closing op).
+  void launch_pending(const Op& op, const WorkHandle& work,
+                      std::shared_ptr<trace::DebugStats> debug,
+                      const std::function<std::unique_ptr<PendingOp>()>& make);
+  // Completes or fails a kCoalesced closing task once its members are done (run-to-completion).
+  void finish_coalesced(Task& task);
   // kLaunch: polls the launched ops until `target` is done (null: once) or `until` passes. With
   // `try_only`, gives up at once if another thread is polling.
   void progress(const Work* target, std::chrono::steady_clock::time_point until, bool try_only);
@@ -266,9 +290,16 @@ class Communicator {
   uint64_t p2p_seq_ = 0;
   uint64_t op_seq_ = 0;
   uint64_t splits_ = 0;
-  WorkHandle running_;              // The op executing now, on the worker or inline.
-  std::vector<uint64_t> sent_;      // Sends so far to each group rank.
-  std::vector<uint64_t> received_;  // Receives so far from each group rank.
+  // Backends' count of collectives: collective_seq_ may repeat inside a coalescing block, but
+  // backends derive message tags from Op::collective_seq, which must differ per collective.
+  uint64_t backend_collective_seq_ = 0;
+  bool coalescing_ = false;            // Between start_coalescing() and end_coalescing().
+  bool coalesced_collective_ = false;  // The block has bumped collective_seq_.
+  bool coalesced_p2p_ = false;         // The block has bumped p2p_seq_.
+  std::vector<WorkHandle> coalesced_;  // The open block's members.
+  WorkHandle running_;                 // The op executing now, on the worker or inline.
+  std::vector<uint64_t> sent_;         // Sends so far to each group rank.
+  std::vector<uint64_t> received_;     // Receives so far from each group rank.
   std::thread worker_;              // Started by the first op: idle communicators cost no thread.
   std::shared_ptr<Driver> driver_;  // Shared with this communicator's works.
   std::unique_ptr<WatchdogView> watchdog_view_;  // What the watchdog sees of this communicator.

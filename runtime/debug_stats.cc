@@ -16,7 +16,8 @@ std::atomic<int> enabled_state{-1};  // -1: not read from the environment yet.
 
 template <typename T>
 double as_double(T v) {
-  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16> ||
+                std::is_same_v<T, Fp8E4M3> || std::is_same_v<T, Fp8E5M2>) {
     return static_cast<double>(to_float(v));
   } else {
     return static_cast<double>(v);
@@ -85,6 +86,10 @@ trace::TensorStats tensor_stats(const BufferView& b) {
       return compute(static_cast<const int32_t*>(b.data), b.count);
     case DType::kI64:
       return compute(static_cast<const int64_t*>(b.data), b.count);
+    case DType::kF8E4M3:
+      return compute(static_cast<const Fp8E4M3*>(b.data), b.count);
+    case DType::kF8E5M2:
+      return compute(static_cast<const Fp8E5M2*>(b.data), b.count);
   }
   return {};
 }

@@ -35,6 +35,9 @@ class PendingOp {
   // The op timed out or its communicator was aborted: release what can be released without
   // completing it (the backend's abort() has been or will be called). Never blocks.
   virtual void abandon() noexcept {}
+  // The CUDA graph capture id when the op was captured into a graph instead of run (it then
+  // reports kDone at once and its replays are watched by the backend); 0 otherwise.
+  virtual uint64_t cuda_graph_id() const { return 0; }
 };
 
 }  // namespace meshrt

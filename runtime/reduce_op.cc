@@ -39,7 +39,7 @@ void reduce_native(ReduceOp op, void* out, const void* a, const void* b, size_t 
   }
 }
 
-// 16-bit floats reduce in float and round once per element, as NCCL does on the host side.
+// 16- and 8-bit floats reduce in float and round once per element, as NCCL does on the host side.
 template <typename T, typename ToFloat, typename FromFloat>
 void reduce_16(ReduceOp op, void* out, const void* a, const void* b, size_t n, ToFloat to,
                FromFloat from) {
@@ -97,6 +97,12 @@ void reduce_elements(DType dtype, ReduceOp op, void* out, const void* a, const v
     case DType::kBF16:
       return reduce_16<BFloat16>(
           op, out, a, b, n, [](BFloat16 h) { return to_float(h); }, to_bfloat16);
+    case DType::kF8E4M3:
+      return reduce_16<Fp8E4M3>(
+          op, out, a, b, n, [](Fp8E4M3 v) { return to_float(v); }, to_fp8_e4m3);
+    case DType::kF8E5M2:
+      return reduce_16<Fp8E5M2>(
+          op, out, a, b, n, [](Fp8E5M2 v) { return to_float(v); }, to_fp8_e5m2);
   }
 }
 
@@ -122,6 +128,16 @@ void divide_elements(DType dtype, void* data, size_t n, size_t divisor) {
     case DType::kBF16: {
       BFloat16* p = static_cast<BFloat16*>(data);
       for (size_t i = 0; i < n; ++i) p[i] = to_bfloat16(to_float(p[i]) / static_cast<float>(d));
+      return;
+    }
+    case DType::kF8E4M3: {
+      Fp8E4M3* p = static_cast<Fp8E4M3*>(data);
+      for (size_t i = 0; i < n; ++i) p[i] = to_fp8_e4m3(to_float(p[i]) / static_cast<float>(d));
+      return;
+    }
+    case DType::kF8E5M2: {
+      Fp8E5M2* p = static_cast<Fp8E5M2*>(data);
+      for (size_t i = 0; i < n; ++i) p[i] = to_fp8_e5m2(to_float(p[i]) / static_cast<float>(d));
       return;
     }
     default:

@@ -171,6 +171,8 @@ class Checker {
         buffer(op_.input, "buffer");
         peer(op_.root);
         return;
+      case OpKind::kCoalesced:
+        fail("a coalesced group's closing entry is made by end_coalescing(), not called");
       case OpKind::kBatchP2P:
         if (op_.p2p.empty()) fail("the batch is empty");
         for (const P2POp& p : op_.p2p) {

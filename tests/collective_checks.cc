@@ -47,6 +47,12 @@ class TypedBuffer {
       case DType::kI64:
         store(p, static_cast<int64_t>(v));
         break;
+      case DType::kF8E4M3:
+        store(p, to_fp8_e4m3(static_cast<float>(v)));
+        break;
+      case DType::kF8E5M2:
+        store(p, to_fp8_e5m2(static_cast<float>(v)));
+        break;
     }
   }
 
@@ -69,6 +75,10 @@ class TypedBuffer {
         return load<int32_t>(p);
       case DType::kI64:
         return static_cast<double>(load<int64_t>(p));
+      case DType::kF8E4M3:
+        return to_float(load<Fp8E4M3>(p));
+      case DType::kF8E5M2:
+        return to_float(load<Fp8E5M2>(p));
     }
     return 0;
   }
@@ -301,6 +311,8 @@ class Checker {
 std::vector<std::string> check_all_collectives(Communicator& comm) {
   Checker c(comm);
   for (DType dtype : kAllDTypes) {
+    // fp8 holds too few integers exactly for these sums; unit tests cover its reductions.
+    if (is_fp8(dtype)) continue;
     for (ReduceOp op : kAllReduceOps) {
       if (op == ReduceOp::kAvg && !is_floating(dtype)) continue;
       c.reductions(dtype, op);

@@ -339,3 +339,75 @@ TEST(WatchdogDeathTest, HeartbeatMonitorDumpsAndExitsWhenTheWatchdogIsStuck) {
 
 }  // namespace
 }  // namespace meshrt
+
+namespace meshrt {
+namespace {
+
+// Coalescing on a run-to-completion backend: members run as usual, the closing entry completes
+// once they did, and the dump reads like PyTorch's (members sharing one collective_seq_id, then
+// a closing "coalesced" entry).
+TEST_F(RecorderTest, CoalescedGroupRecordsMembersThenClosingEntry) {
+  use(64);
+  run_inproc(2, [](Communicator& world) {
+    std::vector<float> a(4, 1.0f), b(8, 2.0f);
+    world.barrier()->wait();
+    world.start_coalescing();
+    auto w1 = world.all_reduce(view(a));
+    auto w2 = world.all_reduce(view(b), ReduceOp::kMax);
+    WorkHandle closing = world.end_coalescing();
+    closing->wait();
+    EXPECT_TRUE(w1->test());
+    EXPECT_TRUE(w2->test());
+    EXPECT_EQ(a[0], 2.0f);
+    EXPECT_EQ(b[0], 2.0f);
+    EXPECT_EQ(closing->record().op, "coalesced");
+    EXPECT_EQ(closing->record().state, trace::OpState::kCompleted);
+    // The block counted once; the next collective counts on from it.
+    EXPECT_EQ(world.collective_seq(), 2u);
+    world.all_reduce(view(a))->wait();
+    EXPECT_EQ(world.collective_seq(), 3u);
+    EXPECT_THROW(world.end_coalescing(), Error);
+    world.start_coalescing();
+    EXPECT_THROW(world.start_coalescing(), Error);
+    world.end_coalescing()->wait();  // An empty block completes at once.
+  });
+  const json d = dump_json(0);
+  std::vector<std::pair<std::string, int64_t>> seen;
+  for (const auto& e : d["entries"]) {
+    seen.emplace_back(e["profiling_name"].get<std::string>(),
+                      e["collective_seq_id"].get<int64_t>());
+  }
+  ASSERT_GE(seen.size(), 5u);
+  EXPECT_EQ(seen[1], (std::pair<std::string, int64_t>{"inproc:all_reduce", 2}));
+  EXPECT_EQ(seen[2], (std::pair<std::string, int64_t>{"inproc:all_reduce", 2}));
+  EXPECT_EQ(seen[3], (std::pair<std::string, int64_t>{"inproc:coalesced", 2}));
+  EXPECT_EQ(d["entries"][3]["state"], "completed");
+  EXPECT_EQ(seen[4], (std::pair<std::string, int64_t>{"inproc:all_reduce", 3}));
+  EXPECT_TRUE(d.contains("device"));
+  EXPECT_TRUE(d["device"].is_null());
+}
+
+// A failed member fails the closing entry, naming the member.
+TEST_F(RecorderTest, CoalescedGroupFailsWithItsMember) {
+  use(64);
+  auto world = make_inproc_world(2, {.name = "world", .timeout = std::chrono::milliseconds(300)});
+  std::thread peer([&] { world[1]->barrier()->wait(); });
+  Communicator& c = *world[0];
+  c.barrier()->wait();
+  peer.join();
+  c.start_coalescing();
+  std::vector<float> a(4, 1.0f);
+  auto member = c.all_reduce(view(a));  // Rank 1 never joins: it times out.
+  auto closing = c.end_coalescing();
+  try {
+    closing->wait();
+    ADD_FAILURE() << "the closing entry did not fail";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("member all_reduce"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("coalesced"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(member->error().has_value());
+}
+
+}  // namespace
+}  // namespace meshrt

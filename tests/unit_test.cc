@@ -19,13 +19,48 @@ namespace {
 
 TEST(DType, SizesAndNames) {
   const std::pair<DType, std::pair<size_t, const char*>> table[] = {
-      {DType::kF32, {4, "f32"}},   {DType::kF64, {8, "f64"}}, {DType::kF16, {2, "f16"}},
-      {DType::kBF16, {2, "bf16"}}, {DType::kI8, {1, "i8"}},   {DType::kU8, {1, "u8"}},
-      {DType::kI32, {4, "i32"}},   {DType::kI64, {8, "i64"}}};
+      {DType::kF32, {4, "f32"}},      {DType::kF64, {8, "f64"}}, {DType::kF16, {2, "f16"}},
+      {DType::kBF16, {2, "bf16"}},    {DType::kI8, {1, "i8"}},   {DType::kU8, {1, "u8"}},
+      {DType::kI32, {4, "i32"}},      {DType::kI64, {8, "i64"}}, {DType::kF8E4M3, {1, "f8e4m3"}},
+      {DType::kF8E5M2, {1, "f8e5m2"}}};
   for (const auto& [d, want] : table) {
     EXPECT_EQ(dtype_size_bytes(d), want.first);
     EXPECT_EQ(dtype_name(d), want.second);
   }
+}
+
+TEST(DType, Fp8ConversionTables) {
+  // (float, bits) pairs from the OCP fp8 spec (E4M3 "fn": bias 7, no inf; E5M2: bias 15).
+  const std::pair<float, uint8_t> e4m3[] = {{0.0f, 0x00},    {1.0f, 0x38},   {-2.0f, 0xc0},
+                                            {448.0f, 0x7e},  {0.125f, 0x20}, {1.0f / 512, 0x01},
+                                            {1.0625f, 0x38}, {1.1875f, 0x3a}};
+  for (const auto& [f, bits] : e4m3) {
+    EXPECT_EQ(to_fp8_e4m3(f).bits, bits) << f;
+  }
+  EXPECT_EQ(to_float(Fp8E4M3{0x7e}), 448.0f);
+  EXPECT_EQ(to_float(Fp8E4M3{0x01}), 1.0f / 512);
+  EXPECT_TRUE(std::isnan(to_float(Fp8E4M3{0x7f})));
+  EXPECT_TRUE(std::isnan(to_float(to_fp8_e4m3(1000.0f))));  // No infinity: NaN.
+  const std::pair<float, uint8_t> e5m2[] = {{0.0f, 0x00},     {1.0f, 0x3c},        {-2.0f, 0xc0},
+                                            {57344.0f, 0x7b}, {1e6f, 0x7c},        {1.125f, 0x3c},
+                                            {1.375f, 0x3e},   {1.0f / 65536, 0x01}};
+  for (const auto& [f, bits] : e5m2) {
+    EXPECT_EQ(to_fp8_e5m2(f).bits, bits) << f;
+  }
+  EXPECT_TRUE(std::isinf(to_float(Fp8E5M2{0x7c})));
+  // Every finite code round-trips.
+  for (int b = 0; b < 256; ++b) {
+    const float x = to_float(Fp8E4M3{static_cast<uint8_t>(b)});
+    if (!std::isnan(x)) EXPECT_EQ(to_fp8_e4m3(x).bits, b) << b;
+    const float y = to_float(Fp8E5M2{static_cast<uint8_t>(b)});
+    if (!std::isnan(y)) EXPECT_EQ(to_fp8_e5m2(y).bits, b) << b;
+  }
+  // Reductions go through float and round once.
+  Fp8E4M3 a{0x38}, c{0x38}, out{};
+  reduce_elements(DType::kF8E4M3, ReduceOp::kSum, &out, &a, &c, 1);
+  EXPECT_EQ(to_float(out), 2.0f);
+  divide_elements(DType::kF8E4M3, &out, 1, 2);
+  EXPECT_EQ(to_float(out), 1.0f);
 }
 
 TEST(DType, HalfConversionTable) {
@@ -395,7 +430,7 @@ TEST(InitEnv, NamesWhoSetTheVariables) {
 }
 
 TEST(OpKinds, OneRowPerKindWithItsFacts) {
-  ASSERT_EQ(trace::op_kinds().size(), static_cast<size_t>(OpKind::kBatchP2P) + 1);
+  ASSERT_EQ(trace::op_kinds().size(), static_cast<size_t>(OpKind::kCoalesced) + 1);
   for (const trace::OpKindInfo& info : trace::op_kinds()) {
     EXPECT_EQ(trace::op_kind_from_name(info.name), info.kind) << info.name;
     const bool rooted = info.kind == OpKind::kBroadcast || info.kind == OpKind::kReduce ||

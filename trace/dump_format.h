@@ -12,7 +12,8 @@ namespace meshrt::trace::dump_format {
 inline constexpr std::string_view kSchemaVersion = "2.10";
 // meshrt's own schema version (`meshrt_dump_version`): bumped on any change to the keys below.
 // The analyzer reads dumps up to this version.
-inline constexpr int kMeshrtDumpVersion = 1;
+// 2: top-level `device`, entries' `cuda_graph_id`.
+inline constexpr int kMeshrtDumpVersion = 2;
 
 // Top level.
 inline constexpr std::string_view kVersion = "version";
@@ -23,6 +24,8 @@ inline constexpr std::string_view kRank = "rank";  // Also a key of `trigger`.
 inline constexpr std::string_view kWorldSize = "world_size";
 inline constexpr std::string_view kHost = "host";
 inline constexpr std::string_view kPid = "pid";
+// The process's device (PCI bus id of its CUDA device), null for CPU-only processes.
+inline constexpr std::string_view kDevice = "device";
 inline constexpr std::string_view kRunId = "run_id";
 inline constexpr std::string_view kDumpReason = "dump_reason";
 inline constexpr std::string_view kTrigger = "trigger";
@@ -81,6 +84,8 @@ inline constexpr std::string_view kFrames = "frames";  // Pickle dumps only.
 inline constexpr std::string_view kMeshDim = "mesh_dim";
 inline constexpr std::string_view kGroupRanks = "group_ranks";  // Also a key of `mesh_dims`.
 inline constexpr std::string_view kGroupRank = "group_rank";
+// The CUDA graph capture id of an op captured into a graph (NCCL), null otherwise.
+inline constexpr std::string_view kCudaGraphId = "cuda_graph_id";
 inline constexpr std::string_view kScope = "scope";
 inline constexpr std::string_view kPeer = "peer";
 inline constexpr std::string_view kRoot = "root";

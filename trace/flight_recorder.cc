@@ -36,6 +36,8 @@ std::string_view torch_dtype(std::string_view dtype) {
   if (dtype == "i64") return "Long";
   if (dtype == "u8") return "Byte";
   if (dtype == "i8") return "Char";
+  if (dtype == "f8e4m3") return "Float8_e4m3fn";
+  if (dtype == "f8e5m2") return "Float8_e5m2";
   return dtype;
 }
 
@@ -175,8 +177,14 @@ void FlightRecorder::update(const OpRecord& record) {
     s->record.start_ns = record.start_ns;
     s->record.end_ns = record.end_ns;
     if (!record.error.empty()) s->record.error = record.error;
+    s->record.cuda_graph_id = record.cuda_graph_id;  // Known once the launch returned.
   }
   s->unlock();
+}
+
+void FlightRecorder::set_device(std::string device) {
+  std::lock_guard lock(mu_);
+  device_ = std::move(device);
 }
 
 void FlightRecorder::on_enqueue(const OpRecord& record) {
@@ -295,6 +303,7 @@ Json entry_json(const OpRecord& r, std::string_view type, std::string_view meta,
   e[fr::kMeshDim] = c.mesh_dim.empty() ? Json(nullptr) : Json(c.mesh_dim);
   e[fr::kGroupRanks] = c.global_ranks;
   e[fr::kGroupRank] = c.rank;
+  e[fr::kCudaGraphId] = r.cuda_graph_id == 0 ? Json(nullptr) : Json(r.cuda_graph_id);
   e[fr::kScope] = r.scope && r.scope->depth > 0
                       ? fmt::format("{} / {}", r.scope->path, phase_name(r.scope->phase))
                       : std::string();
@@ -341,6 +350,10 @@ void add_entries(Json& entries, const OpRecord& r) {
     finish(entry_json(r, "coalesced", "", nullptr, nullptr, true), -1, 0);
     return;
   }
+  if (r.kind == OpKind::kCoalesced) {
+    finish(entry_json(r, "coalesced", "", nullptr, nullptr, true), -1, 0);
+    return;
+  }
   if (r.kind == OpKind::kBarrier) {
     finish(entry_json(r, "all_reduce_barrier", "", nullptr, nullptr, false), -1, 0);
     return;
@@ -369,9 +382,11 @@ std::string FlightRecorder::render(int rank, DumpFormat format, DumpReason reaso
   const std::vector<OpRecord> recs = records(rank);
   std::vector<std::shared_ptr<const CommInfo>> comms;
   JobInfo job;
+  std::string device;
   {
     std::lock_guard lock(mu_);
     job = job_;
+    device = device_;
     for (const auto& c : comms_) {
       if (c->global_rank == rank) comms.push_back(c);
     }
@@ -403,6 +418,7 @@ std::string FlightRecorder::render(int rank, DumpFormat format, DumpReason reaso
   doc[fr::kWorldSize] = world_size;
   doc[fr::kHost] = host_name();
   doc[fr::kPid] = ::getpid();
+  doc[fr::kDevice] = device.empty() ? Json(nullptr) : Json(device);
   doc[fr::kRunId] = job.run_id;
   doc[fr::kDumpReason] = dump_reason_name(reason);
   doc[fr::kTrigger] = trigger ? Json{{fr::kRank, trigger->rank},

@@ -68,6 +68,11 @@ class FlightRecorder : public Sink {
   // The process's instance, configured from the environment on first use and registered as a
   // sink when its capacity is non-zero.
   static FlightRecorder& instance();
+  // Sink: dumps show "started" only from measured starts, as PyTorch's (see timing_enabled()).
+  bool needs_timing() const override { return false; }
+  // The process's device for dumps (top-level "device"), e.g. the PCI bus id "0000:17:00.0" of
+  // its CUDA device; empty (null in dumps) for CPU-only processes. Set by the NCCL backend.
+  void set_device(std::string device);
 
   explicit FlightRecorder(FlightRecorderOptions options);
   ~FlightRecorder() override;
@@ -121,6 +126,7 @@ class FlightRecorder : public Sink {
   mutable std::mutex mu_;  // Guards the fields below; never taken on the op path.
   std::vector<std::shared_ptr<const CommInfo>> comms_;  // Live communicators.
   JobInfo job_;
+  std::string device_;
   std::shared_ptr<DumpWriter> writer_;
   std::mutex dump_mu_;
 };

@@ -17,6 +17,7 @@ constexpr OpKindInfo kOpKinds[] = {
     {OpKind::kSend, "send", true, false, false, BusRule::kOne, SizeRule::kInput},
     {OpKind::kRecv, "recv", true, false, false, BusRule::kOne, SizeRule::kInput},
     {OpKind::kBatchP2P, "batch_p2p", true, false, false, BusRule::kOne, SizeRule::kLargerDirection},
+    {OpKind::kCoalesced, "coalesced", false, false, false, BusRule::kZero, SizeRule::kNone},
 };
 
 // The table is indexed by the enum: a row out of order is a compile error, not a wrong name.
@@ -26,7 +27,7 @@ constexpr bool in_enum_order() {
   return true;
 }
 static_assert(in_enum_order());
-static_assert(std::size(kOpKinds) == static_cast<size_t>(OpKind::kBatchP2P) + 1);
+static_assert(std::size(kOpKinds) == static_cast<size_t>(OpKind::kCoalesced) + 1);
 
 }  // namespace
 

@@ -25,6 +25,9 @@ enum class OpKind : uint8_t {
   kSend,           // Communicator::send.
   kRecv,           // Communicator::recv.
   kBatchP2P,       // Communicator::batch_isend_irecv.
+  // The closing entry of Communicator::start_coalescing()/end_coalescing(): done when every member
+  // is. Moves no data of its own; never given to a backend.
+  kCoalesced,
 };
 
 }  // namespace meshrt

@@ -127,6 +127,9 @@ struct OpRecord {
   // check), not by the program: reports set these apart (trace::SetupOps marks them).
   bool setup = false;
   std::string error;  // The failure's message once state is kFailed; empty otherwise.
+  // The CUDA graph capture id (cudaStreamGetCaptureInfo) when the op was captured into a graph
+  // rather than run (NCCL); its replays are watched separately. 0 otherwise.
+  uint64_t cuda_graph_id = 0;
   // Debug mode only (null otherwise): written by the runtime before the event that shows it.
   std::shared_ptr<DebugStats> debug;
 };

@@ -11,6 +11,7 @@
 #include <set>
 #include <vector>
 
+#include "trace/env.h"
 #include "trace/logging.h"
 
 namespace meshrt::trace {
@@ -28,6 +29,7 @@ struct Registry {
   std::vector<std::shared_ptr<Sink>> owned;
   std::atomic<uint64_t> failures{0};
   std::atomic<uint64_t> next_record_id{1};
+  std::atomic<int> timing_sinks{0};  // Registered sinks whose needs_timing() is true.
 };
 
 Registry& registry() {
@@ -87,6 +89,7 @@ void add_sink(std::shared_ptr<Sink> sink) {
     return;
   }
   r.slots[slot].store(sink.get(), std::memory_order_release);
+  if (sink->needs_timing()) r.timing_sinks.fetch_add(1, std::memory_order_relaxed);
   if (slot == used) r.used.store(used + 1, std::memory_order_release);
   r.owned.push_back(std::move(sink));
 }
@@ -95,9 +98,16 @@ void remove_sink(const Sink* sink) {
   Registry& r = registry();
   std::lock_guard lock(r.mu);
   for (auto& slot : r.slots) {
-    if (slot.load(std::memory_order_relaxed) == sink)
+    if (slot.load(std::memory_order_relaxed) == sink) {
       slot.store(nullptr, std::memory_order_release);
+      if (sink->needs_timing()) r.timing_sinks.fetch_sub(1, std::memory_order_relaxed);
+    }
   }
+}
+
+bool timing_enabled() {
+  static const bool forced = env::get_flag({"MESHRT_ENABLE_TIMING", "TORCH_NCCL_ENABLE_TIMING"});
+  return forced || registry().timing_sinks.load(std::memory_order_relaxed) > 0;
 }
 
 void keep_registered_while_enabled(Sink& sink, bool was_enabled, bool enabled) {

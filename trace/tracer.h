@@ -23,6 +23,9 @@ class Sink {
   virtual void on_start(const OpRecord& record) = 0;
   // Called once when the op completed or failed (record.state tells which).
   virtual void on_end(const OpRecord& record) = 0;
+  // Whether the sink reads ops' start and run times, so that device backends must measure them
+  // (CUDA start events). The flight recorder says no: PyTorch's records no start without timing.
+  virtual bool needs_timing() const { return true; }
 };
 
 // Registers `sink` for every op of this process until remove_sink. At most 32 sinks at a time;
@@ -48,6 +51,11 @@ void emit_enqueue(const OpRecord& record) noexcept;
 void emit_start(const OpRecord& record) noexcept;
 // Delivers on_end to every registered sink.
 void emit_end(const OpRecord& record) noexcept;
+
+// Whether ops' start times must be measured: a registered sink needs them (comm logger, exports,
+// stragglers) or MESHRT_ENABLE_TIMING=1 (alias TORCH_NCCL_ENABLE_TIMING). Device backends record
+// start events only then; cheap enough to ask per op.
+bool timing_enabled();
 
 // Number of exceptions sinks have thrown (and the tracer swallowed) in this process.
 uint64_t sink_failures();

@@ -26,6 +26,8 @@ uint16_t kind_flags(OpKind kind) {
     case OpKind::kRecv:
     case OpKind::kBatchP2P:
       return 0;
+    case OpKind::kCoalesced:
+      return kClosing;
   }
   return 0;
 }
@@ -57,7 +59,9 @@ constexpr TorchName kTorchNames[] = {
 }  // namespace
 
 OpType op_type(std::string_view name) {
-  if (const std::optional<OpKind> kind = op_kind_from_name(name)) {
+  const std::optional<OpKind> kind = op_kind_from_name(name);
+  // "coalesced" closes a group of any kind: like PyTorch's name, it has no kind of its own.
+  if (kind && *kind != OpKind::kCoalesced) {
     return {kind, kind_flags(*kind)};
   }
   for (const TorchName& t : kTorchNames) {

@@ -52,6 +52,10 @@ void with_type(DType dtype, F&& f) {
       return f(int32_t{});
     case DType::kI64:
       return f(int64_t{});
+    case DType::kF8E4M3:
+      return f(Fp8E4M3{});
+    case DType::kF8E5M2:
+      return f(Fp8E5M2{});
   }
 }
 
@@ -293,6 +297,8 @@ class GlooBackend : public Backend {
         return p2p({P2POp{P2POp::Dir::kRecv, op.input, op.root, op.tag}}, timeout);
       case OpKind::kBatchP2P:
         return p2p(op.p2p, timeout);
+      case OpKind::kCoalesced:
+        return;  // Never given to a backend: the communicator completes it.
     }
   }
 

@@ -1,0 +1,521 @@
+#include "runtime/backends/nccl/nccl_backend.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "runtime/backends/nccl/cuda_check.h"
+#include "runtime/backends/nccl/cuda_graph_watch.h"
+#include "runtime/backends/nccl/cuda_resources.h"
+#include "runtime/backends/nccl/cuda_stream.h"
+#include "runtime/backends/nccl/nccl_config.h"
+#include "runtime/backends/nccl/nccl_pending_op.h"
+#include "runtime/backends/nccl/nccl_types.h"
+#include "runtime/error.h"
+#include "trace/flight_recorder.h"
+#include "trace/logging.h"
+#include "trace/scope.h"
+#include "trace/tracer.h"
+
+namespace meshrt {
+namespace {
+
+using cuda::check_cuda;
+using cuda::check_nccl;
+
+// Polls a non-blocking communicator until its last call has completed (no longer
+// ncclInProgress), up to `timeout`; throws its asynchronous error, or kTimeout.
+void wait_nccl_ready(ncclComm_t comm, std::chrono::milliseconds timeout, std::string_view what) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    ncclResult_t state = ncclSuccess;
+    check_nccl(ncclCommGetAsyncError(comm, &state), "ncclCommGetAsyncError", comm);
+    if (state == ncclSuccess) return;
+    if (state != ncclInProgress) throw cuda::nccl_error(state, what, comm);
+    if (std::chrono::steady_clock::now() >= until) {
+      throw Error(ErrorCode::kTimeout, {},
+                  fmt::format("{} still in progress after {} ms", what, timeout.count()));
+    }
+    std::this_thread::yield();
+  }
+}
+
+// The PCI bus id of `device` ("0000:17:00.0"), or "cuda:<n>" when CUDA cannot tell.
+std::string pci_bus_id(int device) {
+  char id[32] = {};
+  if (cudaDeviceGetPCIBusId(id, sizeof(id), device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return fmt::format("cuda:{}", device);
+  }
+  return id;
+}
+
+class NcclBackend final : public Backend {
+ public:
+  NcclBackend(ncclComm_t comm, int device, std::string name, std::chrono::milliseconds timeout,
+              cuda::NcclSettings settings)
+      : comm_(std::make_shared<cuda::CommHandle>()),
+        device_(device),
+        name_(std::move(name)),
+        timeout_(timeout),
+        settings_(settings),
+        pool_(std::make_shared<cuda::EventPool>()) {
+    comm_->comm = comm;
+    // From here on the communicator is ours: a failure below must not leak it.
+    try {
+      if (!settings_.use_caller_stream) stream_ = cuda::Stream::create();
+      order_ = cuda::Event::create(false);
+      scratch_ = cuda::DeviceMemory::allocate(sizeof(float));
+    } catch (...) {
+      (void)ncclCommAbort(comm);
+      comm_->comm = nullptr;
+      throw;
+    }
+    trace::FlightRecorder::instance().set_device(pci_bus_id(device_));
+  }
+
+  ~NcclBackend() override {
+    graphs_.reset();
+    std::lock_guard lock(comm_->mu);
+    // Never destroy after an abort: ncclCommAbort freed it.
+    if (comm_->aborted.load() || comm_->comm == nullptr) return;
+    ncclComm_t comm = std::exchange(comm_->comm, nullptr);
+    // Finalize flushes outstanding work; a communicator that cannot finish is aborted instead.
+    try {
+      check_nccl(ncclCommFinalize(comm), "ncclCommFinalize", comm);
+      wait_nccl_ready(comm, std::min(timeout_, std::chrono::milliseconds(60000)),
+                      "ncclCommFinalize");
+      (void)ncclCommDestroy(comm);
+    } catch (const Error& e) {
+      log().warn("NCCL communicator '{}' did not finalize ({}); aborting it", name_, e.what());
+      (void)ncclCommAbort(comm);
+    }
+  }
+
+  std::string_view name() const override { return "nccl"; }
+  std::string version() const override { return cuda::nccl_version(); }
+  ExecutionModel execution_model() const override { return ExecutionModel::kLaunchOnStream; }
+  bool accepts_cuda() const override { return true; }
+
+  void set_comm_info(std::shared_ptr<const trace::CommInfo> info) override {
+    info_ = std::move(info);
+  }
+
+  void validate(const Op& op) const override {
+    auto check = [&](const BufferView& b, std::string_view what) {
+      if (b.count == 0) return;
+      // meshrt's own setup traffic (split's and DeviceMesh's host all_gathers) is staged.
+      if (b.device.kind != Device::Kind::kCuda && trace::in_setup_ops()) return;
+      if (b.device.kind != Device::Kind::kCuda) {
+        throw Error(ErrorCode::kInvalidArgument, {},
+                    fmt::format("{} is a CPU buffer (Device::cpu()); the nccl backend takes "
+                                "device memory of cuda:{} only",
+                                what, device_));
+      }
+      if (b.device.index != device_) {
+        throw Error(ErrorCode::kInvalidArgument, {},
+                    fmt::format("{} is on cuda:{} but this communicator's device is cuda:{}", what,
+                                b.device.index, device_));
+      }
+      if (!settings_.check_pointers) return;
+      cudaPointerAttributes attr{};
+      const cudaError_t e = cudaPointerGetAttributes(&attr, b.data);
+      if (e != cudaSuccess) {
+        const Error err = cuda::cuda_error(e, "cudaPointerGetAttributes");
+        throw Error(
+            ErrorCode::kInvalidArgument, {},
+            fmt::format("{} at {} is not usable device memory: {}", what, b.data, err.detail()));
+      }
+      if (attr.type == cudaMemoryTypeHost || attr.type == cudaMemoryTypeUnregistered) {
+        throw Error(ErrorCode::kInvalidArgument, {},
+                    fmt::format("{} at {} is host memory ({}) though its view says cuda:{}: NCCL "
+                                "needs device memory",
+                                what, b.data,
+                                attr.type == cudaMemoryTypeHost ? "pinned" : "pageable", device_));
+      }
+    };
+    switch (op.kind) {
+      case OpKind::kBatchP2P:
+        for (const P2POp& p : op.p2p) {
+          check(p.buffer, p.dir == P2POp::Dir::kSend ? "send buffer" : "recv buffer");
+        }
+        return;
+      case OpKind::kGather:
+        check(op.input, "input");
+        if (info_ && op.root == info_->rank) check(op.output, "output");
+        return;
+      case OpKind::kScatter:
+        check(op.output, "output");
+        if (info_ && op.root == info_->rank) check(op.input, "input");
+        return;
+      default:
+        check(op.input, op.input.data == op.output.data ? "buffer" : "input");
+        if (op.output.data != op.input.data) check(op.output, "output");
+    }
+  }
+
+  std::unique_ptr<PendingOp> launch(const Op& op) override {
+    if (comm_->aborted.load()) {
+      throw Error(ErrorCode::kAborted, {}, "the NCCL communicator was aborted");
+    }
+    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+    if (group_) {
+      // Inside a coalescing block: only the NCCL calls; the group's end event covers them.
+      enqueue_nccl(op, stream());
+      return std::make_unique<cuda::NcclPendingOp>(comm_, group_);
+    }
+    if (op.input.device.kind == Device::Kind::kCpu && op.output.device.kind == Device::Kind::kCpu &&
+        op.kind != OpKind::kBatchP2P && op.kind != OpKind::kBarrier) {
+      return run_staged(op);
+    }
+    const cudaStream_t caller = cuda::current_stream();
+    const cudaStream_t s = stream();
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    unsigned long long capture_id = 0;
+    cudaGraph_t graph = nullptr;
+    check_cuda(cudaStreamGetCaptureInfo(caller, &capture, &capture_id, &graph),
+               "cudaStreamGetCaptureInfo");
+    if (capture == cudaStreamCaptureStatusInvalidated) {
+      throw Error(ErrorCode::kInvalidArgument, {},
+                  "the caller's stream is in an invalidated CUDA graph capture");
+    }
+    const bool captured = capture == cudaStreamCaptureStatusActive;
+    order_after_caller(caller, s);
+    // Start events cost a record per op: only when someone reads start times.
+    const bool timing = !captured && trace::timing_enabled();
+    cuda::Event start;
+    if (timing) {
+      start = pool_->take(true);
+      check_cuda(cudaEventRecord(start.get(), s), "cudaEventRecord(start)");
+    }
+    cuda::CapturedOp* watch = nullptr;
+    if (captured && settings_.watch_graphs) {
+      watch = graphs()->watch(graph, capture_id, capture_record(op));
+    }
+    check_nccl(ncclGroupStart(), "ncclGroupStart", comm());
+    try {
+      enqueue_nccl(op, s);
+    } catch (...) {
+      (void)ncclGroupEnd();
+      throw;
+    }
+    check_nccl(ncclGroupEnd(), "ncclGroupEnd", comm());
+    wait_nccl_ready(comm(), op.timeout, op_kind_name(op.kind));
+    cuda::Event end = pool_->take(timing);
+    check_cuda(cudaEventRecord(end.get(), s), "cudaEventRecord(end)");
+    if (captured) {
+      // Join the caller's stream at once: a capture must end with every stream it forked joined,
+      // and the communicator may see the op done before anyone calls wait().
+      if (s != caller) check_cuda(cudaStreamWaitEvent(caller, end.get(), 0), "cudaStreamWaitEvent");
+      if (watch != nullptr) cuda::GraphWatcher::add_end_node(s, watch);
+    }
+    return std::make_unique<cuda::NcclPendingOp>(comm_, pool_, std::move(start), std::move(end),
+                                                 timing, captured ? capture_id : 0);
+  }
+
+  void start_coalescing() override {
+    if (comm_->aborted.load()) {
+      throw Error(ErrorCode::kAborted, {}, "the NCCL communicator was aborted");
+    }
+    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+    order_after_caller(cuda::current_stream(), stream());
+    check_nccl(ncclGroupStart(), "ncclGroupStart", comm());
+    group_ = std::make_shared<cuda::GroupEnd>();
+    group_->pool = pool_;
+  }
+
+  std::unique_ptr<PendingOp> end_coalescing() override {
+    std::shared_ptr<cuda::GroupEnd> group = std::move(group_);
+    group_.reset();
+    try {
+      check_nccl(ncclGroupEnd(), "ncclGroupEnd", comm());
+      wait_nccl_ready(comm(), timeout_, "coalesced group");
+      cuda::Event end = pool_->take(false);
+      check_cuda(cudaEventRecord(end.get(), stream()), "cudaEventRecord(end)");
+      std::lock_guard lock(group->mu);
+      group->end = std::move(end);
+    } catch (...) {
+      std::lock_guard lock(group->mu);
+      group->failed = true;
+      throw;
+    }
+    return std::make_unique<cuda::NcclPendingOp>(comm_, group);
+  }
+
+  std::unique_ptr<Backend> split(const SplitSpec& spec) override {
+    if (comm_->aborted.load()) {
+      throw Error(ErrorCode::kAborted, {}, "the NCCL communicator was aborted");
+    }
+    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+    // One split per mesh dim from the parent, as NCCL wants (no world-wide init per group). The
+    // color is the group's lowest parent rank: equal on its members, distinct across groups.
+    const int color = *std::min_element(spec.parent_ranks.begin(), spec.parent_ranks.end());
+    std::string child_name = spec.name;
+    ncclConfig_t config = cuda::nccl_config(child_name);
+    ncclComm_t child = nullptr;
+    check_nccl(ncclCommSplit(comm(), color, spec.rank, &child, &config), "ncclCommSplit", comm());
+    try {
+      wait_nccl_ready(child != nullptr ? child : comm(), spec.timeout, "ncclCommSplit");
+    } catch (...) {
+      if (child != nullptr) (void)ncclCommAbort(child);
+      throw;
+    }
+    return std::make_unique<NcclBackend>(child, device_, std::move(child_name), spec.timeout,
+                                         settings_);
+  }
+
+  void split_excluded() override {
+    // NCCL's split is collective over the whole parent: a rank joining no group takes part too.
+    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+    ncclConfig_t config = cuda::nccl_config(name_);
+    ncclComm_t none = nullptr;
+    check_nccl(ncclCommSplit(comm(), NCCL_SPLIT_NOCOLOR, 0, &none, &config), "ncclCommSplit",
+               comm());
+    wait_nccl_ready(comm(), timeout_, "ncclCommSplit");
+  }
+
+  void abort() noexcept override {
+    std::lock_guard lock(comm_->mu);
+    if (comm_->aborted.exchange(true) || comm_->comm == nullptr) return;
+    // Non-blocking communicators make abort safe while kernels or calls are in flight.
+    (void)ncclCommAbort(comm_->comm);
+    comm_->comm = nullptr;
+    log().warn("NCCL communicator '{}' aborted", name_);
+  }
+
+ private:
+  ncclComm_t comm() const { return comm_->comm; }
+  cudaStream_t stream() const {
+    return settings_.use_caller_stream ? cuda::current_stream() : stream_.get();
+  }
+
+  // Orders the communicator's stream after the caller's work so far.
+  void order_after_caller(cudaStream_t caller, cudaStream_t s) {
+    if (s == caller) return;
+    check_cuda(cudaEventRecord(order_.get(), caller), "cudaEventRecord(caller stream)");
+    check_cuda(cudaStreamWaitEvent(s, order_.get(), 0), "cudaStreamWaitEvent");
+  }
+
+  cuda::GraphWatcher* graphs() {
+    if (!graphs_) graphs_ = std::make_unique<cuda::GraphWatcher>([this] { abort(); });
+    return graphs_.get();
+  }
+
+  // An op already finished when launch() returns (host-staged setup ops).
+  class Finished final : public PendingOp {
+   public:
+    PollResult poll() override { return {PollResult::State::kDone}; }
+  };
+
+  // meshrt's setup ops on host buffers (split's (color, key) exchange, DeviceMesh's agreement
+  // check; validate() lets only those through): copied to the device, run on the
+  // communicator's stream and copied back, synchronously. Rare and small.
+  std::unique_ptr<PendingOp> run_staged(const Op& op) {
+    const cudaStream_t s = stream();
+    cuda::DeviceMemory in = cuda::DeviceMemory::allocate(std::max<size_t>(op.input.bytes(), 1));
+    cuda::DeviceMemory out = cuda::DeviceMemory::allocate(std::max<size_t>(op.output.bytes(), 1));
+    if (op.input.bytes() > 0) {
+      check_cuda(cudaMemcpy(in.get(), op.input.data, op.input.bytes(), cudaMemcpyHostToDevice),
+                 "cudaMemcpy");
+    }
+    Op staged = op;
+    staged.input.data = in.get();
+    staged.input.device = Device::cuda(device_);
+    staged.output.data = op.output.data == op.input.data ? in.get() : out.get();
+    staged.output.device = Device::cuda(device_);
+    check_nccl(ncclGroupStart(), "ncclGroupStart", comm());
+    try {
+      enqueue_nccl(staged, s);
+    } catch (...) {
+      (void)ncclGroupEnd();
+      throw;
+    }
+    check_nccl(ncclGroupEnd(), "ncclGroupEnd", comm());
+    wait_nccl_ready(comm(), op.timeout, op_kind_name(op.kind));
+    check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    if (op.output.bytes() > 0) {
+      check_cuda(
+          cudaMemcpy(op.output.data, staged.output.data, op.output.bytes(), cudaMemcpyDeviceToHost),
+          "cudaMemcpy");
+    }
+    return std::make_unique<Finished>();
+  }
+
+  // The record of a captured op, for its replays' hang reports.
+  trace::OpRecord capture_record(const Op& op) const {
+    trace::OpRecord r = make_record(op, info_, std::source_location::current());
+    r.caller_file = "";
+    r.caller_line = 0;
+    r.op_seq = op.op_seq;
+    r.collective_seq = op.collective_seq;
+    r.enqueue_ns = trace::steady_now_ns();
+    r.created_wall_ns = trace::wall_from_steady_ns(r.enqueue_ns);
+    return r;
+  }
+
+  // Issues `op`'s NCCL calls on `s` (inside a group the caller opened).
+  void enqueue_nccl(const Op& op, cudaStream_t s) {
+    ncclComm_t c = comm();
+    const int n = info_ ? static_cast<int>(info_->global_ranks.size()) : 0;
+    const int me = info_ ? info_->rank : 0;
+    auto dt = [](const BufferView& b) { return cuda::nccl_dtype(b.dtype); };
+    auto send = [&](const BufferView& b, int peer) {
+      if (b.count > 0) check_nccl(ncclSend(b.data, b.count, dt(b), peer, c, s), "ncclSend", c);
+    };
+    auto recv = [&](const BufferView& b, int peer) {
+      if (b.count > 0) check_nccl(ncclRecv(b.data, b.count, dt(b), peer, c, s), "ncclRecv", c);
+    };
+    switch (op.kind) {
+      case OpKind::kAllReduce:
+        check_nccl(ncclAllReduce(op.input.data, op.output.data, op.input.count, dt(op.input),
+                                 cuda::nccl_reduce_op(op.reduce_op), c, s),
+                   "ncclAllReduce", c);
+        return;
+      case OpKind::kBroadcast:
+        check_nccl(ncclBroadcast(op.input.data, op.output.data, op.input.count, dt(op.input),
+                                 op.root, c, s),
+                   "ncclBroadcast", c);
+        return;
+      case OpKind::kReduce:
+        check_nccl(ncclReduce(op.input.data, op.output.data, op.input.count, dt(op.input),
+                              cuda::nccl_reduce_op(op.reduce_op), op.root, c, s),
+                   "ncclReduce", c);
+        return;
+      case OpKind::kAllGather:
+        check_nccl(ncclAllGather(op.input.data, op.output.data, op.input.count, dt(op.input), c, s),
+                   "ncclAllGather", c);
+        return;
+      case OpKind::kReduceScatter:
+        check_nccl(ncclReduceScatter(op.input.data, op.output.data, op.output.count, dt(op.input),
+                                     cuda::nccl_reduce_op(op.reduce_op), c, s),
+                   "ncclReduceScatter", c);
+        return;
+      case OpKind::kAllToAll: {
+        // Even or uneven: grouped send/recv (ncclAlltoAll has no uneven form).
+        size_t in_off = 0, out_off = 0;
+        for (int r = 0; r < n; ++r) {
+          const size_t in_n = op.input_splits.empty() ? op.input.count / n : op.input_splits[r];
+          const size_t out_n = op.output_splits.empty() ? op.output.count / n : op.output_splits[r];
+          send(op.input.slice(in_off, in_n), r);
+          recv(op.output.slice(out_off, out_n), r);
+          in_off += in_n;
+          out_off += out_n;
+        }
+        return;
+      }
+      case OpKind::kGather:
+        send(op.input, op.root);
+        if (me == op.root) {
+          for (int r = 0; r < n; ++r) recv(op.output.slice(r * op.input.count, op.input.count), r);
+        }
+        return;
+      case OpKind::kScatter:
+        if (me == op.root) {
+          for (int r = 0; r < n; ++r) {
+            send(op.input.slice(r * op.output.count, op.output.count), r);
+          }
+        }
+        recv(op.output, op.root);
+        return;
+      case OpKind::kBarrier:
+        // One float summed on a device scratch word: every rank must arrive.
+        check_nccl(ncclAllReduce(scratch_.get(), scratch_.get(), 1, ncclFloat32, ncclSum, c, s),
+                   "ncclAllReduce(barrier)", c);
+        return;
+      case OpKind::kSend:
+        // NCCL has no tags: messages between two ranks match in posting order (PyTorch's too).
+        send(op.input, op.root);
+        return;
+      case OpKind::kRecv:
+        recv(op.output, op.root);
+        return;
+      case OpKind::kBatchP2P:
+        for (const P2POp& p : op.p2p) {
+          if (p.dir == P2POp::Dir::kSend) {
+            send(p.buffer, p.peer);
+          } else {
+            recv(p.buffer, p.peer);
+          }
+        }
+        return;
+      case OpKind::kCoalesced:
+        return;  // Never given to a backend.
+    }
+  }
+
+  std::shared_ptr<cuda::CommHandle> comm_;
+  const int device_;
+  const std::string name_;  // NCCL keeps a pointer to commName only during init.
+  const std::chrono::milliseconds timeout_;
+  const cuda::NcclSettings settings_;
+  std::shared_ptr<cuda::EventPool> pool_;
+  cuda::Stream stream_;         // Empty with use_caller_stream.
+  cuda::Event order_;           // Recorded on the caller's stream, waited on by stream_.
+  cuda::DeviceMemory scratch_;  // The barrier's word.
+  std::shared_ptr<const trace::CommInfo> info_;
+  std::shared_ptr<cuda::GroupEnd> group_;  // The open coalescing block's, if any.
+  std::unique_ptr<cuda::GraphWatcher> graphs_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_nccl_backend(const GroupSpec& spec) {
+  const int global_rank = spec.rank >= 0 && spec.rank < static_cast<int>(spec.global_ranks.size())
+                              ? spec.global_ranks[spec.rank]
+                              : -1;
+  const ErrorContext where{global_rank, spec.name, "init", -1};
+  try {
+    const cuda::NcclSettings settings = cuda::nccl_settings_from_env();
+    const int device = cuda::cuda_device_for(spec.local_rank, std::getenv("MESHRT_CUDA_DEVICE"));
+    // Before the store exchange: a process without a usable GPU fails here, on every rank,
+    // instead of leaving its peers waiting for a unique id.
+    int count = 0;
+    const cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+      const std::string why =
+          e != cudaSuccess ? cuda::cuda_error(e, "cudaGetDeviceCount").detail() : "0 devices";
+      throw Error(ErrorCode::kNotSupported, {},
+                  fmt::format("no CUDA device: {}; the nccl backend needs a GPU", why));
+    }
+    if (device >= count) {
+      throw Error(ErrorCode::kInvalidArgument, {},
+                  fmt::format("CUDA device {} (MESHRT_CUDA_DEVICE or LOCAL_RANK) does not exist: "
+                              "this process sees {}",
+                              device, count));
+    }
+    check_cuda(cudaSetDevice(device), "cudaSetDevice");
+    const int n = static_cast<int>(spec.global_ranks.size());
+    ncclUniqueId id{};
+    const std::string key = spec.store_key + "/nccl_unique_id";
+    if (spec.rank == 0) {
+      check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+      spec.store->set(key, std::span<const char>(id.internal, sizeof(id.internal)));
+    } else {
+      const auto bytes = spec.store->get(key, spec.timeout);
+      if (bytes.size() != sizeof(id.internal)) {
+        throw Error(ErrorCode::kInternal, {},
+                    fmt::format("NCCL unique id under '{}' has {} bytes, not {}", key, bytes.size(),
+                                sizeof(id.internal)));
+      }
+      std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
+    }
+    const std::string name = spec.name;
+    ncclConfig_t config = cuda::nccl_config(name);
+    ncclComm_t comm = nullptr;
+    check_nccl(ncclCommInitRankConfig(&comm, n, id, spec.rank, &config), "ncclCommInitRankConfig");
+    try {
+      wait_nccl_ready(comm, spec.timeout, "ncclCommInitRankConfig");
+    } catch (...) {
+      if (comm != nullptr) (void)ncclCommAbort(comm);
+      throw;
+    }
+    return std::make_unique<NcclBackend>(comm, device, name, spec.timeout, settings);
+  } catch (const Error& err) {
+    throw Error(err.code(), where, err.detail());
+  }
+}
+
+}  // namespace meshrt
