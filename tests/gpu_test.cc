@@ -56,13 +56,17 @@ struct DeviceBuffer {
   size_t bytes = 0;
   DeviceBuffer(const void* host, size_t n) : bytes(n) {
     EXPECT_EQ(cudaMalloc(&p, n > 0 ? n : 1), cudaSuccess);
-    if (n > 0) EXPECT_EQ(cudaMemcpy(p, host, n, cudaMemcpyHostToDevice), cudaSuccess);
+    if (n > 0) {
+      EXPECT_EQ(cudaMemcpy(p, host, n, cudaMemcpyHostToDevice), cudaSuccess);
+    }
   }
   ~DeviceBuffer() { cudaFree(p); }
   std::vector<char> read() const {
     std::vector<char> h(bytes);
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    if (bytes > 0) EXPECT_EQ(cudaMemcpy(h.data(), p, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    if (bytes > 0) {
+      EXPECT_EQ(cudaMemcpy(h.data(), p, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    }
     return h;
   }
   BufferView view(DType d) const {
@@ -181,7 +185,9 @@ TEST(Gpu, HostPointersAreRefusedBeforeLaunch) {
 TEST(Gpu, SplitAndCoalescing) {
   SKIP_WITHOUT_GPU();
   auto w = world();
-  auto child = w->split(0, 0, {.name = "world/child"});
+  CommOptions child_options;
+  child_options.name = "world/child";
+  auto child = w->split(0, 0, child_options);
   ASSERT_TRUE(child);
   EXPECT_EQ(child->backend_name(), "nccl");
   const auto h = pattern(DType::kF32, 256);
@@ -295,7 +301,9 @@ void expect_hang_handled(bool in_graph) {
     if (e["profiling_name"] == "nccl:all_reduce" &&
         (e["state"] == "scheduled" || e["state"] == "started")) {
       found = true;
-      if (in_graph) EXPECT_NE(e["cuda_graph_id"], nullptr);
+      if (in_graph) {
+        EXPECT_NE(e["cuda_graph_id"], nullptr);
+      }
     }
   }
   EXPECT_TRUE(found) << d.dump(1);

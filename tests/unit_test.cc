@@ -51,9 +51,13 @@ TEST(DType, Fp8ConversionTables) {
   // Every finite code round-trips.
   for (int b = 0; b < 256; ++b) {
     const float x = to_float(Fp8E4M3{static_cast<uint8_t>(b)});
-    if (!std::isnan(x)) EXPECT_EQ(to_fp8_e4m3(x).bits, b) << b;
+    if (!std::isnan(x)) {
+      EXPECT_EQ(to_fp8_e4m3(x).bits, b) << b;
+    }
     const float y = to_float(Fp8E5M2{static_cast<uint8_t>(b)});
-    if (!std::isnan(y)) EXPECT_EQ(to_fp8_e5m2(y).bits, b) << b;
+    if (!std::isnan(y)) {
+      EXPECT_EQ(to_fp8_e5m2(y).bits, b) << b;
+    }
   }
   // Reductions go through float and round once.
   Fp8E4M3 a{0x38}, c{0x38}, out{};
