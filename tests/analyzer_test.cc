@@ -21,6 +21,7 @@
 #include "trace/analyze/format.h"
 #include "trace/analyze/json_cursor.h"
 #include "trace/analyze/pickle_reader.h"
+#include "trace/dump_format.h"
 
 #ifndef MESHRT_MESHTRACE
 #error "MESHRT_MESHTRACE must name the meshtrace binary"
@@ -706,11 +707,14 @@ TEST_F(AnalyzerTest, VersionMismatchIsRefused) {
       << r.err;
 
   job.dump(2).version = "2.10";
-  job.dump(1).meshrt_dump_version = 2;
+  job.dump(1).meshrt_dump_version = trace::dump_format::kMeshrtDumpVersion + 1;
   job.write(dir_);
   const CliResult newer = cli("analyze " + dir_.string());
   EXPECT_EQ(newer.exit_code, 2);
-  EXPECT_NE(newer.err.find("meshrt_dump_version 2 is newer"), std::string::npos) << newer.err;
+  EXPECT_NE(newer.err.find(fmt::format("meshrt_dump_version {} is newer",
+                                       trace::dump_format::kMeshrtDumpVersion + 1)),
+            std::string::npos)
+      << newer.err;
 }
 
 TEST_F(AnalyzerTest, CorruptJsonIsNamed) {
