@@ -5,6 +5,9 @@
 #include "meshrt_config.h"
 #include "runtime/backends/gloo/gloo_backend.h"
 #include "runtime/error.h"
+#if MESHRT_HAVE_MPI
+#include "runtime/backends/mpi/mpi_backend.h"
+#endif
 
 namespace meshrt {
 
@@ -27,6 +30,9 @@ std::unique_ptr<Backend> make_backend(std::string_view name, const GroupSpec& sp
     g.timeout = spec.timeout;
     return make_gloo_backend(g);
   }
+#if MESHRT_HAVE_MPI
+  if (name == "mpi") return make_mpi_backend(spec);
+#endif
   throw Error(
       ErrorCode::kInvalidArgument,
       {spec.global_ranks.empty() ? -1 : spec.global_ranks[spec.rank], spec.name, "init", -1},

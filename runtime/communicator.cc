@@ -627,6 +627,7 @@ std::shared_ptr<Communicator> Communicator::split(int color, int key, CommOption
       child.store_key = spec.store_key;
       child.name =
           options.name.empty() ? fmt::format("{}/split{}.{}", name(), index, color) : options.name;
+      spec.name = child.name;
       child.description = options.description;
       child.mesh_dim = options.mesh_dim;
       for (int r : members) child.global_ranks.push_back(info_->global_ranks[r]);
