@@ -2,8 +2,9 @@
 // alternates from round to round): 8-byte latency and busbw at 1 MiB and 16 MiB. Run it under
 // mpirun, e.g.
 //   mpirun -np 2 --allow-run-as-root --mca btl self,vader build-release/bench/mpi_bench
-// Rank 0 prints, per size, the medians of both and the paired ratios (min / median / max) of
-// meshrt's time over raw MPI's (latency: also the added time), with the flight recorder on.
+// Arguments: [ROUNDS (9)] [latency]. Rank 0 prints, per size, the medians of both and the paired
+// ratios (min / median / max) of meshrt's time over raw MPI's (latency: also the added time), with
+// the flight recorder on.
 #include <fmt/format.h>
 #include <mpi.h>
 
@@ -42,6 +43,8 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 9;
+  // "latency": the 8-byte size only (for profiling the per-op path).
+  const bool latency_only = argc > 2 && std::string(argv[2]) == "latency";
   auto world = meshrt::init();  // MPI backend under mpirun; initialises MPI.
   const int n = world->size();
   const int rank = world->rank();
@@ -58,6 +61,7 @@ int main(int argc, char** argv) {
                    : "65536 (default)");
   }
   for (const Size& s : sizes) {
+    if (latency_only && s.bytes > 64) break;
     std::vector<float> a(s.bytes / sizeof(float), 1.0f), b(a.size(), 1.0f);
     auto raw = [&] {
       MPI_Allreduce(MPI_IN_PLACE, a.data(), static_cast<int>(a.size()), MPI_FLOAT, MPI_SUM,

@@ -152,6 +152,7 @@ WorkHandle Communicator::enqueue(Op op, OpOptions options, const std::source_loc
   std::shared_ptr<trace::DebugStats> debug = rec.debug;
 
   WorkHandle work;
+  int64_t enqueue_ns = 0;
   // Launching backends take the op on this thread: numbering and launch() in one critical
   // section keep every rank's launch order equal to its call order.
   std::unique_lock launch_lock(launch_mu_, std::defer_lock);
@@ -172,7 +173,7 @@ WorkHandle Communicator::enqueue(Op op, OpOptions options, const std::source_loc
     rec.op_seq = ++op_seq_;
     op.op_seq = rec.op_seq;
     op.collective_seq = rec.collective_seq;
-    rec.enqueue_ns = trace::steady_now_ns();
+    rec.enqueue_ns = enqueue_ns = trace::steady_now_ns();
     rec.created_wall_ns = trace::wall_from_steady_ns(rec.enqueue_ns);
     // Sinks hear of the op before the worker can start it, and in sequence order.
     trace::emit_enqueue(rec);
@@ -191,7 +192,7 @@ WorkHandle Communicator::enqueue(Op op, OpOptions options, const std::source_loc
     }
   }
   if (model_ != ExecutionModel::kRunToCompletion) {
-    launch(op, work, std::move(debug));
+    launch(op, work, std::move(debug), enqueue_ns);
     return work;
   }
   cv_.notify_one();
@@ -203,14 +204,14 @@ ErrorContext Communicator::context(OpKind kind, uint64_t op_seq) const {
 }
 
 void Communicator::launch(const Op& op, const WorkHandle& work,
-                          std::shared_ptr<trace::DebugStats> debug) {
+                          std::shared_ptr<trace::DebugStats> debug, int64_t enqueue_ns) {
   Launched* entry;
   {
     std::lock_guard lock(inflight_mu_);
     // Listed before launch() so that the watchdog sees an op whose launch blocks.
     entry = &inflight_.emplace_back();
     entry->work = work;
-    entry->deadline_ns = trace::steady_now_ns() + op.timeout.count() * 1'000'000;
+    entry->deadline_ns = enqueue_ns + op.timeout.count() * 1'000'000;
     entry->kind = op.kind;
     entry->op_seq = op.op_seq;
     entry->debug = std::move(debug);
@@ -218,7 +219,7 @@ void Communicator::launch(const Op& op, const WorkHandle& work,
   }
   // A host library has begun the op once called; a stream's op begins when the stream gets to
   // it, which poll() reports.
-  if (model_ == ExecutionModel::kLaunch) work->mark_started();
+  if (model_ == ExecutionModel::kLaunch) work->mark_started(enqueue_ns);
   std::unique_ptr<PendingOp> pending;
   std::optional<Error> failure;
   try {

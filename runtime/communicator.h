@@ -223,7 +223,10 @@ class Communicator {
   void run_claimed(Task& task);
   bool try_run_inline(const Work& work);
   // kLaunch: launches `op` on this thread (launch_mu_ held, numbering done).
-  void launch(const Op& op, const WorkHandle& work, std::shared_ptr<trace::DebugStats> debug);
+  // `enqueue_ns` is the op's enqueue time, taken just before under launch_mu_: it doubles as the
+  // launch time, which saves two clock reads per op (~60 ns each here).
+  void launch(const Op& op, const WorkHandle& work, std::shared_ptr<trace::DebugStats> debug,
+              int64_t enqueue_ns);
   // kLaunch: polls the launched ops until `target` is done (null: once) or `until` passes. With
   // `try_only`, gives up at once if another thread is polling.
   void progress(const Work* target, std::chrono::steady_clock::time_point until, bool try_only);
