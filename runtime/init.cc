@@ -282,7 +282,7 @@ std::shared_ptr<Communicator> init(const InitOptions& o) {
   uint16_t port = o.master_port;
   // Under MPI without MASTER_ADDR, rank 0 hosts the store on a free port, on loopback when the
   // whole job is on this node, and tells every rank where over MPI_COMM_WORLD.
-  const bool address_over_mpi =
+  [[maybe_unused]] const bool address_over_mpi =
       MESHRT_HAVE_MPI && o.backend == "mpi" && o.master_addr.empty() && o.host_store;
 #if MESHRT_HAVE_MPI
   if (o.backend == "mpi") ensure_mpi_initialized(o.rank);
