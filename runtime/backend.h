@@ -16,6 +16,7 @@ namespace meshrt {
 
 // What a member of a new communicator needs to create its backend (see Communicator::split).
 struct SplitSpec {
+  std::string name;                      // The new communicator's name, e.g. "mesh0/tp".
   std::string store_key;                 // Identity of the new group, equal on all of its members.
   std::string name;                      // The new communicator's name ("mesh0/tp").
   std::vector<int> parent_ranks;         // Members, as parent ranks, in new-rank order.

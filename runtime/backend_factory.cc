@@ -8,6 +8,9 @@
 #include "runtime/backends/nccl/nccl_backend.h"
 #endif
 #include "runtime/error.h"
+#if MESHRT_HAVE_MPI
+#include "runtime/backends/mpi/mpi_backend.h"
+#endif
 
 namespace meshrt {
 
@@ -30,6 +33,9 @@ std::unique_ptr<Backend> make_backend(std::string_view name, const GroupSpec& sp
     g.timeout = spec.timeout;
     return make_gloo_backend(g);
   }
+#if MESHRT_HAVE_MPI
+  if (name == "mpi") return make_mpi_backend(spec);
+#endif
 #if MESHRT_HAVE_NCCL
   if (name == "nccl") return make_nccl_backend(spec);
 #endif

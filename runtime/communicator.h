@@ -244,11 +244,14 @@ class Communicator {
   void run_claimed(Task& task);
   bool try_run_inline(const Work& work);
   // kLaunch: launches `op` on this thread (launch_mu_ held, numbering done).
-  void launch(const Op& op, const WorkHandle& work, std::shared_ptr<trace::DebugStats> debug);
+  // `enqueue_ns` is the op's enqueue time, taken just before under launch_mu_: it doubles as the
+  // launch time, which saves two clock reads per op (~60 ns each here).
+  void launch(const Op& op, const WorkHandle& work, std::shared_ptr<trace::DebugStats> debug,
+              int64_t enqueue_ns);
   // launch()'s body: lists the op, then calls `make` for its PendingOp (backend_->launch(op), or
   // a coalesced group's closing op).
   void launch_pending(const Op& op, const WorkHandle& work,
-                      std::shared_ptr<trace::DebugStats> debug,
+                      std::shared_ptr<trace::DebugStats> debug, int64_t enqueue_ns,
                       const std::function<std::unique_ptr<PendingOp>()>& make);
   // Completes or fails a kCoalesced closing task once its members are done (run-to-completion).
   void finish_coalesced(Task& task);

@@ -13,7 +13,11 @@
 #include <thread>
 #include <vector>
 
+#include "meshrt_config.h"
 #include "runtime/backend_factory.h"
+#if MESHRT_HAVE_MPI
+#include "runtime/backends/mpi/mpi_world.h"
+#endif
 #include "runtime/error.h"
 #include "runtime/error_file.h"
 #include "runtime/store/prefix_store.h"
@@ -112,15 +116,26 @@ InitOptions read_init_options() {
                          chosen->names[3], o.local_world_size));
   }
 
+  // Jobs started by mpirun or srun run over MPI when it is built in, as their users expect.
+  if (MESHRT_HAVE_MPI && !torchrun_style) o.backend = "mpi";
+  if (auto b = trace::env::get_choice({"MESHRT_BACKEND"}, {"gloo", "mpi", "nccl"})) o.backend = *b;
+
   auto addr = env("MASTER_ADDR");
   if (!addr && chosen == &kSources[2]) addr = env("SLURM_LAUNCH_NODE_IPADDR");
-  auto port = trace::env::get_int({"MASTER_PORT"}, 0, 65535);
-  if (!port && !torchrun_style) port = 29500;
-  if (o.world_size > 1 && (!addr || !port)) {
-    fail_env(fmt::format("{} is not set", !addr ? "MASTER_ADDR" : "MASTER_PORT"));
+  if (!addr && o.backend == "mpi") {
+    // No MASTER_ADDR needed: rank 0 hosts the store on a free port and sends its address over
+    // MPI (init()).
+    o.master_addr.clear();
+    o.master_port = 0;
+  } else {
+    auto port = trace::env::get_int({"MASTER_PORT"}, 0, 65535);
+    if (!port && !torchrun_style) port = 29500;
+    if (o.world_size > 1 && (!addr || !port)) {
+      fail_env(fmt::format("{} is not set", !addr ? "MASTER_ADDR" : "MASTER_PORT"));
+    }
+    o.master_addr = addr.value_or("127.0.0.1");
+    o.master_port = static_cast<uint16_t>(port.value_or(0));
   }
-  o.master_addr = addr.value_or("127.0.0.1");
-  o.master_port = static_cast<uint16_t>(port.value_or(0));
 
   if (auto id = trace::env::get({"MESHRT_RUN_ID", "TORCHELASTIC_RUN_ID"})) o.run_id = *id;
   if (auto a = trace::env::get_int({"MESHRT_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"}, 0)) {
@@ -129,10 +144,15 @@ InitOptions read_init_options() {
   if (auto t = trace::env::get_ms({"MESHRT_EXIT_TIMEOUT_MS"})) o.exit_timeout = *t;
   o.host_store = !trace::env::get_flag({"MESHRT_STORE_EXTERNAL"});
   if (auto i = trace::env::get({"MESHRT_GLOO_IFNAME", "GLOO_SOCKET_IFNAME"})) o.gloo_iface = *i;
-  if (auto b = trace::env::get_choice({"MESHRT_BACKEND"}, {"gloo", "mpi", "nccl"})) o.backend = *b;
   if (auto t = trace::env::get_ms({"MESHRT_TIMEOUT_MS"}, 1)) o.timeout = *t;
   if (auto t = trace::env::get_ms({"MESHRT_INIT_TIMEOUT_MS"}, 1)) o.init_timeout = *t;
   return o;
+}
+
+std::string this_host_name() {
+  char name[256] = {};
+  gethostname(name, sizeof(name) - 1);
+  return name;
 }
 
 bool is_loopback(const std::string& host) {
@@ -260,6 +280,14 @@ std::shared_ptr<Communicator> init(const InitOptions& o) {
   auto resources = std::make_shared<WorldResources>();
   std::string host = o.master_addr.empty() ? "127.0.0.1" : o.master_addr;
   uint16_t port = o.master_port;
+  // Under MPI without MASTER_ADDR, rank 0 hosts the store on a free port, on loopback when the
+  // whole job is on this node, and tells every rank where over MPI_COMM_WORLD.
+  [[maybe_unused]] const bool address_over_mpi =
+      MESHRT_HAVE_MPI && o.backend == "mpi" && o.master_addr.empty() && o.host_store;
+#if MESHRT_HAVE_MPI
+  if (o.backend == "mpi") ensure_mpi_initialized(o.rank);
+  if (address_over_mpi && !mpi_world_on_one_node()) host = this_host_name();
+#endif
   if (o.rank == 0 && o.host_store) {
     TcpStoreServerOptions so;
     so.host = host;
@@ -267,6 +295,14 @@ std::shared_ptr<Communicator> init(const InitOptions& o) {
     resources->server = std::make_unique<TcpStoreServer>(so);
     port = resources->server->port();
   }
+#if MESHRT_HAVE_MPI
+  if (address_over_mpi) {
+    const std::string where = mpi_broadcast_from_rank0(fmt::format("{}:{}", host, port));
+    const size_t colon = where.rfind(':');
+    host = where.substr(0, colon);
+    port = static_cast<uint16_t>(std::stoi(where.substr(colon + 1)));
+  }
+#endif
   if (port == 0) {
     throw Error(ErrorCode::kInvalidArgument, {o.rank, "", "init", -1},
                 "MASTER_PORT is needed to reach the store hosted elsewhere");
@@ -307,9 +343,7 @@ std::shared_ptr<Communicator> init(const InitOptions& o) {
     if (is_loopback(host)) {
       spec.hostname = "127.0.0.1";
     } else {
-      char name[256] = {};
-      gethostname(name, sizeof(name) - 1);
-      spec.hostname = name;
+      spec.hostname = this_host_name();
     }
   }
   auto backend = make_backend(o.backend, spec);

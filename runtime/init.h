@@ -18,7 +18,9 @@ struct InitOptions {
   // Rank on this node (e.g. to pick a GPU); -1 when unknown. Informational: init() ignores it.
   int local_rank = -1;
   int local_world_size = -1;  // Ranks on this node; -1 when unknown. Informational, as local_rank.
-  std::string master_addr;    // Host of the rendezvous store; empty = 127.0.0.1.
+  // Host of the rendezvous store; empty = 127.0.0.1, or with backend "mpi" rank 0's address,
+  // sent over MPI_COMM_WORLD (rank 0 then picks a free port).
+  std::string master_addr;
   // Port of the store; 0 lets rank 0 pick a free one (single-process jobs only).
   uint16_t master_port = 0;
   std::string run_id = "default";  // Namespaces the store keys of one job.
@@ -26,6 +28,7 @@ struct InitOptions {
   bool host_store = true;          // Rank 0 hosts the store; false when a launcher does.
   std::string gloo_iface;          // Gloo's interface ("eth0"); empty: derived from master_addr.
   // The world's backend: "gloo", "mpi" or "nccl" (see built_backends() in backend_factory.h).
+  // From the environment: MESHRT_BACKEND, else "mpi" under mpirun/srun when MPI is built in.
   std::string backend = "gloo";
   std::chrono::milliseconds timeout = kDefaultOpTimeout;  // Default op timeout.
   // Rendezvous deadline: reaching the store and every peer; also the store's reply deadline.
@@ -41,11 +44,11 @@ struct InitOptions {
 // OpenMPI's OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE}; Slurm's SLURM_PROCID, SLURM_NTASKS,
 // SLURM_LOCALID, SLURM_NTASKS_PER_NODE. Then MASTER_ADDR and MASTER_PORT, needed for more than
 // one rank (Slurm: SLURM_LAUNCH_NODE_IPADDR as address; OpenMPI and Slurm: port 29500 by
-// default), MESHRT_RUN_ID (or TORCHELASTIC_RUN_ID), MESHRT_RESTART_COUNT (or
-// TORCHELASTIC_RESTART_COUNT), MESHRT_EXIT_TIMEOUT_MS, MESHRT_STORE_EXTERNAL=1 (a launcher hosts
-// the store), MESHRT_GLOO_IFNAME (or GLOO_SOCKET_IFNAME), MESHRT_BACKEND, MESHRT_TIMEOUT_MS and
-// MESHRT_INIT_TIMEOUT_MS. A missing or inconsistent value throws Error(kInvalidArgument) listing
-// what was found and what is needed.
+// default; neither under mpirun/srun with the MPI backend, which is then the default),
+// MESHRT_RUN_ID (or TORCHELASTIC_RUN_ID), MESHRT_RESTART_COUNT (or TORCHELASTIC_RESTART_COUNT),
+// MESHRT_EXIT_TIMEOUT_MS, MESHRT_STORE_EXTERNAL=1 (a launcher hosts the store), MESHRT_GLOO_IFNAME
+// (or GLOO_SOCKET_IFNAME), MESHRT_BACKEND, MESHRT_TIMEOUT_MS and MESHRT_INIT_TIMEOUT_MS. A missing
+// or inconsistent value throws Error(kInvalidArgument) listing what was found and what is needed.
 InitOptions init_options_from_env();
 
 // Joins the job over options.backend and returns the world communicator ("world", description

@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "mesh/meshrt.h"
+#include "meshrt_config.h"
 #include "runtime/validation.h"
 #include "trace/bandwidth.h"
 #include "trace/env.h"
@@ -397,7 +398,8 @@ class ScopedEnv {
                                          "GLOO_SOCKET_IFNAME",
                                          "MESHRT_TIMEOUT_MS",
                                          "MESHRT_INIT_TIMEOUT_MS",
-                                         "MESHRT_LAUNCHER"};
+                                         "MESHRT_LAUNCHER",
+                                         "MESHRT_BACKEND"};
   std::vector<std::pair<std::string, std::string>> saved_;
 };
 
@@ -500,6 +502,21 @@ TEST(InitEnv, OpenMpiWithDefaultPort) {
   EXPECT_EQ(o.rank, 1);
   EXPECT_EQ(o.world_size, 4);
   EXPECT_EQ(o.master_port, 29500);
+}
+
+TEST(InitEnv, OpenMpiWithoutMasterAddrRunsOverMpi) {
+  ScopedEnv env({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "4"}});
+  if (!MESHRT_HAVE_MPI) {
+    EXPECT_THROW(init_options_from_env(), Error);
+    return;
+  }
+  // The store's address then travels over MPI from rank 0 (init()).
+  const InitOptions o = init_options_from_env();
+  EXPECT_EQ(o.backend, "mpi");
+  EXPECT_EQ(o.master_addr, "");
+  EXPECT_EQ(o.master_port, 0);
+  ::setenv("MESHRT_BACKEND", "gloo", 1);
+  EXPECT_THROW(init_options_from_env(), Error);  // Gloo needs MASTER_ADDR.
 }
 
 TEST(InitEnv, SlurmTakesTheLaunchNodeAddress) {
