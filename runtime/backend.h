@@ -18,7 +18,6 @@ namespace meshrt {
 struct SplitSpec {
   std::string name;                      // The new communicator's name, e.g. "mesh0/tp".
   std::string store_key;                 // Identity of the new group, equal on all of its members.
-  std::string name;                      // The new communicator's name ("mesh0/tp").
   std::vector<int> parent_ranks;         // Members, as parent ranks, in new-rank order.
   int rank = -1;                         // This process's rank in the new group.
   std::chrono::milliseconds timeout{0};  // Bound of the connection; the group's op timeout.

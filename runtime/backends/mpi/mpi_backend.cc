@@ -367,6 +367,10 @@ std::unique_ptr<PendingOp> MpiBackend::launch(const Op& op) {
       }
       break;
     }
+    case OpKind::kCoalesced:
+      // The communicator closes a coalescing block itself; it never reaches a backend.
+      throw Error(ErrorCode::kInternal, {global_rank_, "", "coalesced", -1},
+                  "a coalesced closing entry reached the MPI backend");
   }
 #undef MESHRT_MPI_CALL
   if (rc != MPI_SUCCESS) throw_mpi_error(rc, p->call(), {global_rank_, "", "", -1});

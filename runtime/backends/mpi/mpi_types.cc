@@ -7,15 +7,16 @@ namespace {
 
 // MPI calls it with inout = in (op) inout; meshrt's kernel takes (out, a, b).
 template <DType D, ReduceOp R>
-void reduce_16bit(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
+void reduce_with_meshrt_kernel(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
   reduce_elements(D, R, inout, in, inout, static_cast<size_t>(*len));
 }
 
 template <DType D>
 std::array<MPI_Op, 4> create_ops() {
   std::array<MPI_Op, 4> ops{};
-  MPI_User_function* fns[] = {reduce_16bit<D, ReduceOp::kSum>, reduce_16bit<D, ReduceOp::kProd>,
-                              reduce_16bit<D, ReduceOp::kMin>, reduce_16bit<D, ReduceOp::kMax>};
+  MPI_User_function* fns[] = {
+      reduce_with_meshrt_kernel<D, ReduceOp::kSum>, reduce_with_meshrt_kernel<D, ReduceOp::kProd>,
+      reduce_with_meshrt_kernel<D, ReduceOp::kMin>, reduce_with_meshrt_kernel<D, ReduceOp::kMax>};
   // Commutative: MPI may then reorder operands, as it does for its own float sums.
   for (size_t i = 0; i < ops.size(); ++i) MPI_Op_create(fns[i], /*commute=*/1, &ops[i]);
   return ops;
@@ -50,6 +51,8 @@ MPI_Datatype mpi_datatype(DType dtype) {
     case DType::kI8:
       return MPI_INT8_T;
     case DType::kU8:
+    case DType::kF8E4M3:
+    case DType::kF8E5M2:
       return MPI_UINT8_T;
     case DType::kI32:
       return MPI_INT32_T;
@@ -66,6 +69,14 @@ MPI_Op mpi_reduce_op(DType dtype, ReduceOp op) {
   }
   if (dtype == DType::kBF16) {
     static const std::array<MPI_Op, 4> ops = create_ops<DType::kBF16>();
+    return ops[kernel_index(op)];
+  }
+  if (dtype == DType::kF8E4M3) {
+    static const std::array<MPI_Op, 4> ops = create_ops<DType::kF8E4M3>();
+    return ops[kernel_index(op)];
+  }
+  if (dtype == DType::kF8E5M2) {
+    static const std::array<MPI_Op, 4> ops = create_ops<DType::kF8E5M2>();
     return ops[kernel_index(op)];
   }
   switch (op) {

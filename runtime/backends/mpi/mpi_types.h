@@ -1,6 +1,7 @@
-// meshrt's dtypes and reduce ops as MPI datatypes and MPI_Ops. MPI has no 16-bit float types:
-// f16 and bf16 travel as MPI_UINT16_T and reduce through user-defined MPI_Ops that run meshrt's
-// own kernels (runtime/reduce_op.h), so they round exactly as the other backends do.
+// meshrt's dtypes and reduce ops as MPI datatypes and MPI_Ops. MPI has no 16-bit or 8-bit float
+// types: f16 and bf16 travel as MPI_UINT16_T (fp8 as MPI_UINT8_T) and reduce through user-defined
+// MPI_Ops that run meshrt's own kernels (runtime/reduce_op.h), so they round exactly as the other
+// backends do.
 #pragma once
 
 #include <mpi.h>
