@@ -23,6 +23,19 @@ namespace {
 
 std::atomic<uint64_t> next_comm_uid{0};
 
+// How a Work of a backend with `model` reaches its op.
+WorkPath work_path(ExecutionModel model) {
+  switch (model) {
+    case ExecutionModel::kRunToCompletion:
+      return WorkPath::kQueued;
+    case ExecutionModel::kLaunch:
+      return WorkPath::kLaunched;
+    case ExecutionModel::kLaunchOnStream:
+      return WorkPath::kLaunchedOnStream;
+  }
+  return WorkPath::kQueued;
+}
+
 // Reads meshrt's variables (sinks, watchdog, debug statistics) before the first communicator
 // exists, so a malformed one fails its creation naming the variable instead of being ignored.
 void apply_environment(const trace::CommInfo& info) {
@@ -190,9 +203,7 @@ WorkHandle Communicator::enqueue(Op op, OpOptions options, const std::source_loc
     // Sinks hear of the op before the worker can start it, and in sequence order.
     trace::emit_enqueue(rec);
     work = std::make_shared<Work>(std::move(rec));
-    work->set_driver(driver_, model_ == ExecutionModel::kRunToCompletion ? WorkPath::kQueued
-                              : model_ == ExecutionModel::kLaunch        ? WorkPath::kLaunched
-                                                                  : WorkPath::kLaunchedOnStream);
+    work->set_driver(driver_, work_path(model_));
     if (coalescing_) coalesced_.push_back(work);
     if (aborted_) {
       work->mark_failed(
@@ -802,9 +813,7 @@ WorkHandle Communicator::end_coalescing(std::source_location caller) {
     rec.created_wall_ns = trace::wall_from_steady_ns(rec.enqueue_ns);
     trace::emit_enqueue(rec);
     work = std::make_shared<Work>(std::move(rec));
-    work->set_driver(driver_, model_ == ExecutionModel::kRunToCompletion ? WorkPath::kQueued
-                              : model_ == ExecutionModel::kLaunch        ? WorkPath::kLaunched
-                                                                  : WorkPath::kLaunchedOnStream);
+    work->set_driver(driver_, work_path(model_));
     if (model_ == ExecutionModel::kRunToCompletion) {
       // Behind every member on the one worker queue: they are done when it runs.
       if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
