@@ -2,15 +2,14 @@
 
 #include <fmt/format.h>
 
-#include <thread>
-
 #include "runtime/error.h"
 
 namespace meshrt {
 
+// The communicator calls only the one of run() and launch() that execution_model() names.
 void Backend::run(const Op& op) {
-  auto pending = launch(op);
-  while (pending->poll().state != PollResult::State::kDone) std::this_thread::yield();
+  throw Error(ErrorCode::kNotSupported, {-1, "", std::string(op_kind_name(op.kind)), -1},
+              fmt::format("backend '{}' launches its ops; it runs none to completion", name()));
 }
 
 std::unique_ptr<PendingOp> Backend::launch(const Op& op) {

@@ -51,7 +51,7 @@ class Backend {
   virtual std::string version() const = 0;
   // Executes `op` to completion or throws Error (timeouts and peer failures included). Must end
   // within op.timeout plus a small margin: the watchdog reports an op a second past it. The
-  // default launches the op and polls it to completion (kLaunch backends need no other).
+  // default throws Error(kNotSupported): launching backends are never asked to run.
   virtual void run(const Op& op);
   // Which of run() and launch() the communicator calls for the program's ops.
   virtual ExecutionModel execution_model() const { return ExecutionModel::kRunToCompletion; }

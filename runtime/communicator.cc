@@ -191,19 +191,8 @@ WorkHandle Communicator::enqueue(Op op, OpOptions options, const std::source_loc
       if (!coalescing_ || !std::exchange(coalesced_collective_, true)) ++collective_seq_;
       ++backend_collective_seq_;
     }
-    rec.collective_seq = collective_seq_;
-    rec.p2p_seq = p2p_seq_;
     number_channels(op, rec);
-    rec.record_id = trace::next_record_id();
-    rec.op_seq = ++op_seq_;
-    op.op_seq = rec.op_seq;
-    op.collective_seq = backend_collective_seq_;
-    rec.enqueue_ns = enqueue_ns = trace::steady_now_ns();
-    rec.created_wall_ns = trace::wall_from_steady_ns(rec.enqueue_ns);
-    // Sinks hear of the op before the worker can start it, and in sequence order.
-    trace::emit_enqueue(rec);
-    work = std::make_shared<Work>(std::move(rec));
-    work->set_driver(driver_, work_path(model_));
+    work = publish_locked(std::move(rec), op, ++op_seq_, enqueue_ns);
     if (coalescing_) coalesced_.push_back(work);
     if (aborted_) {
       work->mark_failed(
@@ -220,6 +209,22 @@ WorkHandle Communicator::enqueue(Op op, OpOptions options, const std::source_loc
     return work;
   }
   cv_.notify_one();
+  return work;
+}
+
+WorkHandle Communicator::publish_locked(trace::OpRecord rec, Op& op, uint64_t op_seq,
+                                        int64_t& enqueue_ns) {
+  rec.collective_seq = collective_seq_;
+  rec.p2p_seq = p2p_seq_;
+  rec.record_id = trace::next_record_id();
+  rec.op_seq = op.op_seq = op_seq;
+  op.collective_seq = backend_collective_seq_;
+  rec.enqueue_ns = enqueue_ns = trace::steady_now_ns();
+  rec.created_wall_ns = trace::wall_from_steady_ns(rec.enqueue_ns);
+  // Sinks hear of the op before it can start, and in sequence order.
+  trace::emit_enqueue(rec);
+  auto work = std::make_shared<Work>(std::move(rec));
+  work->set_driver(driver_, work_path(model_));
   return work;
 }
 
@@ -244,6 +249,7 @@ void Communicator::launch_pending(const Op& op, const WorkHandle& work,
     entry->deadline_ns = enqueue_ns + op.timeout.count() * 1'000'000;
     entry->kind = op.kind;
     entry->op_seq = op.op_seq;
+    entry->timeout_ms = op.timeout.count();
     entry->debug = std::move(debug);
     entry->output = op.output;
   }
@@ -347,10 +353,9 @@ void Communicator::poll_launched(std::vector<std::pair<WorkHandle, Error>>& fail
     if (now_ns > e.deadline_ns) {
       e.pending->abandon();
       e.done = true;
-      const int64_t timeout_ms = e.work->record().timeout_ms;
       failed.emplace_back(
           e.work, Error(ErrorCode::kTimeout, context(e.kind, e.op_seq),
-                        fmt::format("not finished after its timeout of {} ms ({})", timeout_ms,
+                        fmt::format("not finished after its timeout of {} ms ({})", e.timeout_ms,
                                     e.started ? "started" : "still scheduled: never began")));
     }
   }
@@ -803,17 +808,7 @@ WorkHandle Communicator::end_coalescing(std::source_location caller) {
       op.timeout = std::max(op.timeout, std::chrono::milliseconds(r.timeout_ms));
     }
     rec.timeout_ms = op.timeout.count();
-    rec.collective_seq = collective_seq_;
-    rec.p2p_seq = p2p_seq_;
-    rec.record_id = trace::next_record_id();
-    rec.op_seq = op_seq_;
-    op.op_seq = rec.op_seq;
-    op.collective_seq = backend_collective_seq_;
-    rec.enqueue_ns = enqueue_ns = trace::steady_now_ns();
-    rec.created_wall_ns = trace::wall_from_steady_ns(rec.enqueue_ns);
-    trace::emit_enqueue(rec);
-    work = std::make_shared<Work>(std::move(rec));
-    work->set_driver(driver_, work_path(model_));
+    work = publish_locked(std::move(rec), op, op_seq_, enqueue_ns);
     if (model_ == ExecutionModel::kRunToCompletion) {
       // Behind every member on the one worker queue: they are done when it runs.
       if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });

@@ -216,6 +216,7 @@ class Communicator {
     int64_t deadline_ns = 0;             // Steady clock; the op fails with kTimeout after it.
     OpKind kind = OpKind::kBarrier;
     uint64_t op_seq = 0;
+    int64_t timeout_ms = 0;
     bool started = false;
     bool done = false;
     std::shared_ptr<trace::DebugStats> debug;  // With the output to measure, in debug mode.
@@ -263,6 +264,9 @@ class Communicator {
   // kLaunchOnStream: orders the caller's stream after `work`'s op.
   void wait_on_stream(const Work& work);
   ErrorContext context(OpKind kind, uint64_t op_seq) const;
+  // Stamps `rec` and `op` with `op_seq`, the counters and the enqueue time (also returned in
+  // `enqueue_ns`), tells the sinks, and makes the op's Work. Call under mu_, numbering done.
+  WorkHandle publish_locked(trace::OpRecord rec, Op& op, uint64_t op_seq, int64_t& enqueue_ns);
   // split(): the new group's backend, of options.backend when it names another kind.
   std::unique_ptr<Backend> make_child_backend(const SplitSpec& spec, const CommOptions& options,
                                               const trace::CommInfo& child) const;

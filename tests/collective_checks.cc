@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <numeric>
@@ -384,6 +385,11 @@ std::vector<std::string> check_p2p_and_split(Communicator& comm) {
     c.failures.push_back(fmt::format("rank {}: kNoColor split gave the wrong membership", r));
   }
   return c.failures;
+}
+
+int report_failures(const std::vector<std::string>& failures) {
+  for (const auto& f : failures) std::fprintf(stderr, "FAIL %s\n", f.c_str());
+  return failures.empty() ? 0 : 1;
 }
 
 }  // namespace meshrt::testing

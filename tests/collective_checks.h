@@ -17,4 +17,7 @@ std::vector<std::string> check_all_collectives(Communicator& comm);
 // Point-to-point checks: send/recv pairs, a batched ring exchange, and split communicators.
 std::vector<std::string> check_p2p_and_split(Communicator& comm);
 
+// A worker process's exit status: prints each failure as "FAIL <line>" on stderr; 0 when none.
+int report_failures(const std::vector<std::string>& failures);
+
 }  // namespace meshrt::testing

@@ -10,15 +10,6 @@
 #include "mesh/meshrt.h"
 #include "tests/collective_checks.h"
 
-namespace {
-
-int report(const std::vector<std::string>& failures) {
-  for (const auto& f : failures) std::fprintf(stderr, "FAIL %s\n", f.c_str());
-  return failures.empty() ? 0 : 1;
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
   const std::string scenario = argc > 1 ? argv[1] : "collectives";
   try {
@@ -29,7 +20,7 @@ int main(int argc, char** argv) {
       failures.insert(failures.end(), more.begin(), more.end());
       // Rank 0 hosts the store: nobody leaves while a peer may still be connecting through it.
       world->barrier()->wait();
-      return report(failures);
+      return meshrt::testing::report_failures(failures);
     }
     if (scenario == "peer_dies") {
       // The last rank dies between two collectives; the others must fail with a clear error

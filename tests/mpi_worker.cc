@@ -16,11 +16,6 @@
 
 namespace {
 
-int report(const std::vector<std::string>& failures) {
-  for (const auto& f : failures) std::fprintf(stderr, "FAIL %s\n", f.c_str());
-  return failures.empty() ? 0 : 1;
-}
-
 // Every op kind and dtype (tests/collective_checks), then a 2x2 DeviceMesh whose dims are MPI
 // communicators.
 std::vector<std::string> collectives(const std::shared_ptr<meshrt::Communicator>& world) {
@@ -68,7 +63,7 @@ int main(int argc, char** argv) {
       const auto failures = collectives(world);
       world->barrier()->wait();
       std::printf("rank %d: %zu failures\n", world->rank(), failures.size());
-      return report(failures);
+      return meshrt::testing::report_failures(failures);
     }
     if (scenario == "killed") {
       // Every rank writes its pid; then rank 2 dies by SIGKILL in the middle of the job while
