@@ -2,7 +2,7 @@
 # Compares meshrt, raw libgloo and PyTorch (gloo backend) collectives on one machine over loopback.
 #
 #   bench/compare.sh BUILD_DIR [-r ROUNDS] [-w "2 4"] [-o OUT_DIR] [-t SECONDS] [--cpp-only]
-#                    [-- BENCH_ARGS...]
+#                    [--contended] [-- BENCH_ARGS...]
 #
 # BUILD_DIR holds an already built bench/collective_bench (this script builds nothing; use a
 # release build dir for figures: meson setup build-release --buildtype=release && ninja -C
@@ -14,7 +14,8 @@
 # port on 127.0.0.1 and is bounded by `timeout`. BENCH_ARGS go to both benchmarks (same iteration
 # counts), e.g. -- --lat-iters 2000. --cpp-only skips torch (for collective_bench-only args such
 # as --handoff-experiment). World sizes default to 2 (about 75 s for 7 rounds); -w "2 4" adds 4
-# ranks (about 4 more minutes).
+# ranks (about 4 more minutes). --contended keeps a shell loop spinning for the whole run (the
+# other core busy, as in a training job, whose CPUs are never idle).
 #
 # Prints a markdown table (compare_stats.py) and keeps the raw JSON lines in OUT_DIR.
 set -u -o pipefail
@@ -28,6 +29,7 @@ WORLDS="2"
 OUT=""
 LIMIT=120
 TORCH=1
+CONTENDED=0
 while [ $# -gt 0 ]; do
   case $1 in
     -r) ROUNDS=$2; shift 2 ;;
@@ -35,6 +37,7 @@ while [ $# -gt 0 ]; do
     -o) OUT=$2; shift 2 ;;
     -t) LIMIT=$2; shift 2 ;;
     --cpp-only) TORCH=0; shift ;;
+    --contended) CONTENDED=1; shift ;;
     --) shift; break ;;
     -h|--help) usage ;;
     *) echo "compare.sh: unknown argument $1" >&2; usage ;;
@@ -60,7 +63,7 @@ BUILDTYPE=$(meson introspect "$BUILD" --buildoptions 2>/dev/null |
   echo "machine: $(uname -srm), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
   echo "build: $BUILD (buildtype $BUILDTYPE)"
   (( TORCH )) && echo "torch: $($PY -c 'import torch; print(torch.__version__)' 2>/dev/null)"
-  echo "rounds: $ROUNDS, world sizes: $WORLDS, extra args: ${EXTRA[*]:-none}"
+  echo "rounds: $ROUNDS, world sizes: $WORLDS, contended: $CONTENDED, extra args: ${EXTRA[*]:-none}"
   # Shared machine: a load above ~1 before we start means someone else is using the cores.
   echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 } | tee "$OUT/env.txt" >&2
@@ -89,6 +92,12 @@ run_group() {
   return $rc
 }
 
+SPIN=""
+if (( CONTENDED )); then
+  sh -c 'while :; do :; done' &
+  SPIN=$!
+  trap 'kill $SPIN 2>/dev/null' EXIT
+fi
 START=$(date +%s)
 for n in $WORLDS; do
   for ((i = 0; i < ROUNDS; i++)); do
@@ -101,6 +110,7 @@ for n in $WORLDS; do
     echo "world $n round $i: $(( $(date +%s) - t0 )) s" >&2
   done
 done
+[ -n "$SPIN" ] && kill "$SPIN" 2>/dev/null
 echo "total: $(( $(date +%s) - START )) s; load after: $(cut -d' ' -f1-3 /proc/loadavg); raw results in $RESULTS" | tee -a "$OUT/env.txt" >&2
 
 $PY "$HERE/compare_stats.py" "$RESULTS"

@@ -6,7 +6,8 @@
 Per world size and (op, size): the median over rounds of each implementation's per-round figure
 (latency in us for sizes <= 64 B, busbw in GB/s otherwise), and the paired time ratios
 meshrt/raw-Gloo and meshrt/torch, each ratio formed within one round (min / median / max over
-rounds). A ratio below 1 means meshrt took less time. Implementations other than meshrt, gloo,
+rounds), and for latencies the paired difference meshrt - raw Gloo in us. A ratio below 1 means
+meshrt took less time. Implementations other than meshrt, gloo,
 gloo_hd and torch (collective_bench --handoff-experiment) get a second table, paired with raw
 Gloo and meshrt.
 """
@@ -27,6 +28,12 @@ def fmt_ratio(rs):
     if not rs:
         return "n/a"
     return f"{min(rs):.2f} / **{statistics.median(rs):.2f}** / {max(rs):.2f}"
+
+
+def fmt_diff(ds):
+    if not ds:
+        return "n/a"
+    return f"{min(ds):+.1f} / **{statistics.median(ds):+.1f}** / {max(ds):+.1f} us"
 
 
 def main(path):
@@ -56,6 +63,9 @@ def main(path):
             def ratios(other):
                 return [rr["meshrt"]["time_us"] / rr[other]["time_us"]
                         for rr in rounds.values() if "meshrt" in rr and other in rr]
+            def diffs(other):
+                return [rr["meshrt"]["time_us"] - rr[other]["time_us"]
+                        for rr in rounds.values() if "meshrt" in rr and other in rr]
             m, nm = med("meshrt")
             g, ng = med(gl)
             t, nt = med(tl) if tl else (None, 0)
@@ -73,13 +83,14 @@ def main(path):
             rows_for[world].append(
                 f"| {label} | {size_name(nbytes)} | {'latency' if latency else 'busbw'} | "
                 f"{cell(m)} | {cell(g)} | {cell(t) if tl else 'n/a'} | "
-                f"{fmt_ratio(ratios(gl))} | {fmt_ratio(ratios(tl)) if tl else 'n/a'} | "
-                f"{len(ratios(gl))} |")
+                f"{fmt_ratio(ratios(gl))} | {fmt_diff(diffs(gl)) if latency else '-'} | "
+                f"{fmt_ratio(ratios(tl)) if tl else 'n/a'} | {len(ratios(gl))} |")
     for world in sorted(rows_for):
         print(f"\n### {world} ranks (127.0.0.1, Gloo TCP over loopback)\n")
         print("| op | size | figure | meshrt | raw gloo | torch | time ratio meshrt/gloo "
-              "(min / **med** / max) | time ratio meshrt/torch (min / **med** / max) | rounds |")
-        print("|---|---|---|---|---|---|---|---|---|")
+              "(min / **med** / max) | extra time meshrt - gloo (min / **med** / max) | "
+              "time ratio meshrt/torch (min / **med** / max) | rounds |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for row in rows_for[world]:
             print(row)
     known = {"meshrt", "gloo", "gloo_hd", "torch"}

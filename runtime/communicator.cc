@@ -6,6 +6,7 @@
 #include <array>
 #include <atomic>
 #include <future>
+#include <shared_mutex>
 
 #include "runtime/backend_factory.h"
 #include "runtime/debug_stats.h"
@@ -22,6 +23,18 @@ namespace meshrt {
 namespace {
 
 std::atomic<uint64_t> next_comm_uid{0};
+
+// Every run-to-completion communicator of the process, and how many queued tasks they hold that
+// no thread has started: a thread about to block starts the others' on their workers.
+struct QueuedRegistry {
+  std::mutex mu;
+  std::vector<Communicator*> comms;
+  std::atomic<size_t> unreleased{0};
+};
+QueuedRegistry& queued_registry() {
+  static QueuedRegistry registry;
+  return registry;
+}
 
 // How a Work of a backend with `model` reaches its op.
 WorkPath work_path(ExecutionModel model) {
@@ -58,20 +71,26 @@ class Communicator::Driver : public WorkDriver {
  public:
   explicit Driver(Communicator* owner) : owner_(owner) {}
   bool run_inline(const Work& work) override {
-    std::lock_guard lock(mu_);
+    std::shared_lock lock(mu_);
     return owner_ != nullptr && owner_->try_run_inline(work);
+  }
+  void start(const Work& work) override {
+    std::shared_lock lock(mu_);
+    if (owner_ == nullptr) return;
+    owner_->start_queued_elsewhere();
+    owner_->start_on_worker(&work);
   }
   void progress(const Work& work, std::chrono::steady_clock::time_point until) override {
     owner_->progress(&work, until, /*try_only=*/false);
   }
   void wait_on_stream(const Work& work) override { owner_->wait_on_stream(work); }
   void close() {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
     owner_ = nullptr;
   }
 
  private:
-  std::mutex mu_;
+  std::shared_mutex mu_;  // Shared by inline runs and starts (which never wait for each other).
   Communicator* owner_;
 };
 
@@ -82,8 +101,12 @@ class Communicator::WatchdogView final : public Watched {
   std::optional<trace::OpRecord> running_record() const override { return comm_.running_record(); }
   void abort() noexcept override { comm_.abort(); }
   void progress() noexcept override {
-    if (comm_.model_ == ExecutionModel::kRunToCompletion) return;
     try {
+      if (comm_.model_ == ExecutionModel::kRunToCompletion) {
+        // Bounds how long an op nobody waits for stays queued.
+        comm_.start_on_worker(nullptr);
+        return;
+      }
       comm_.progress(nullptr, std::chrono::steady_clock::time_point::min(), /*try_only=*/true);
     } catch (const std::exception& e) {
       log().error("polling '{}' failed: {}", comm_.name(), e.what());
@@ -114,6 +137,11 @@ Communicator::Communicator(trace::CommInfo info, std::unique_ptr<Backend> backen
   trace::FlightRecorder::instance().register_comm(info_);
   watchdog_view_ = std::make_unique<WatchdogView>(*this);
   Watchdog::instance().add(watchdog_view_.get());
+  if (model_ == ExecutionModel::kRunToCompletion) {
+    QueuedRegistry& registry = queued_registry();
+    std::lock_guard lock(registry.mu);
+    registry.comms.push_back(this);
+  }
   log().debug("communicator '{}' ({}): rank {} of {}, global ranks [{}]", info_->name,
               info_->backend, info_->rank, info_->global_ranks.size(),
               fmt::join(info_->global_ranks, ","));
@@ -133,8 +161,14 @@ Communicator::~Communicator() {
   }
   Watchdog::instance().remove(watchdog_view_.get());
   trace::FlightRecorder::instance().unregister_comm(info_.get());
+  if (model_ == ExecutionModel::kRunToCompletion) {
+    QueuedRegistry& registry = queued_registry();
+    std::lock_guard lock(registry.mu);
+    std::erase(registry.comms, this);
+  }
   {
     std::lock_guard lock(mu_);
+    release_locked(queue_.size());  // Queued ops still run, on the worker.
     stopping_ = true;
   }
   cv_.notify_all();
@@ -200,8 +234,11 @@ WorkHandle Communicator::enqueue(Op op, OpOptions options, const std::source_loc
       return work;
     }
     if (model_ == ExecutionModel::kRunToCompletion) {
-      if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
-      queue_.push_back(Task{std::move(op), work, {}, nullptr, std::move(debug)});
+      // An op queued behind one not yet finished means the caller is pipelining: from then on
+      // the worker runs the queue. A coalescing block's members wait for their closing entry.
+      const bool pipelining = (busy_ || !queue_.empty()) && !coalescing_;
+      push_locked(Task{std::move(op), work, {}, nullptr, std::move(debug)});
+      if (!(options.async_op || pipelining) || !release_locked(queue_.size())) return work;
     }
   }
   if (model_ != ExecutionModel::kRunToCompletion) {
@@ -288,6 +325,10 @@ void Communicator::progress(const Work* target, std::chrono::steady_clock::time_
   // time slice (20-30 us measured with MPI over shared memory, 8 B), many times what a small
   // op takes. MPI_Wait spins the same way.
   constexpr int kPollsBeforeYield = 2000;
+  // A caller about to block (not one polling once) cannot run its queued ops elsewhere.
+  if (target != nullptr && until != std::chrono::steady_clock::time_point::min()) {
+    start_queued_elsewhere();
+  }
   for (int polls = 1;; ++polls) {
     std::vector<std::pair<WorkHandle, Error>> failed;
     {
@@ -417,10 +458,71 @@ std::optional<trace::OpRecord> Communicator::running_record() const {
 void Communicator::post_job(std::function<void()> job) {
   {
     std::lock_guard lock(mu_);
-    if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
-    queue_.push_back(Task{Op{}, nullptr, {}, std::move(job), nullptr});
+    push_locked(Task{Op{}, nullptr, {}, std::move(job), nullptr});
+    release_locked(queue_.size());
   }
   cv_.notify_one();
+}
+
+void Communicator::push_locked(Task task) {
+  queue_.push_back(std::move(task));
+  unreleased_.fetch_add(1, std::memory_order_relaxed);
+  queued_registry().unreleased.fetch_add(1, std::memory_order_relaxed);
+}
+
+bool Communicator::release_locked(size_t count) {
+  count = std::min(count, queue_.size());
+  if (count <= released_) return false;
+  const size_t released = count - released_;
+  released_ = count;
+  unreleased_.fetch_sub(released, std::memory_order_relaxed);
+  queued_registry().unreleased.fetch_sub(released, std::memory_order_relaxed);
+  if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
+  return true;
+}
+
+Communicator::Task Communicator::take_front_locked() {
+  Task task = std::move(queue_.front());
+  queue_.pop_front();
+  if (released_ > 0) {
+    --released_;
+  } else {
+    unreleased_.fetch_sub(1, std::memory_order_relaxed);
+    queued_registry().unreleased.fetch_sub(1, std::memory_order_relaxed);
+  }
+  busy_ = true;
+  running_ = task.work;
+  return task;
+}
+
+void Communicator::start_on_worker(const Work* work) {
+  bool released = false;
+  {
+    std::lock_guard lock(mu_);
+    size_t count = queue_.size();
+    if (work != nullptr) {
+      auto it = std::find_if(queue_.begin(), queue_.end(),
+                             [work](const Task& t) { return t.work.get() == work; });
+      count = it == queue_.end() ? 0 : static_cast<size_t>(it - queue_.begin()) + 1;
+    }
+    released = release_locked(count);
+  }
+  if (released) cv_.notify_one();
+}
+
+void Communicator::start_queued_elsewhere() const {
+  QueuedRegistry& registry = queued_registry();
+  // The common case, one relaxed load each: nothing is queued but (maybe) our own.
+  if (registry.unreleased.load(std::memory_order_relaxed) ==
+      unreleased_.load(std::memory_order_relaxed)) {
+    return;
+  }
+  std::lock_guard lock(registry.mu);
+  for (Communicator* comm : registry.comms) {
+    if (comm != this && comm->unreleased_.load(std::memory_order_relaxed) > 0) {
+      comm->start_on_worker(nullptr);
+    }
+  }
 }
 
 void Communicator::worker_loop() {
@@ -429,39 +531,52 @@ void Communicator::worker_loop() {
     Task task;
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [this] { return !busy_ && (stopping_ || !queue_.empty()); });
-      if (queue_.empty()) return;
-      task = std::move(queue_.front());
-      queue_.pop_front();
-      busy_ = true;
-      running_ = task.work;
+      cv_.wait(lock, [this] { return !busy_ && (released_ > 0 || stopping_); });
+      if (released_ == 0) return;
+      task = take_front_locked();
     }
     run_claimed(task);
   }
 }
 
 bool Communicator::try_run_inline(const Work& work) {
-  Task task;
-  {
-    std::lock_guard lock(mu_);
-    if (busy_ || queue_.empty() || queue_.front().work.get() != &work) return false;
-    task = std::move(queue_.front());
-    queue_.pop_front();
-    busy_ = true;
-    running_ = task.work;
+  start_queued_elsewhere();
+  for (;;) {
+    Task task;
+    {
+      std::lock_guard lock(mu_);
+      auto it = std::find_if(queue_.begin(), queue_.end(),
+                             [&work](const Task& t) { return t.work.get() == &work; });
+      if (it == queue_.end()) return false;  // Running elsewhere, or done.
+      if (busy_) {
+        // Whoever runs now frees the queue for the worker, not for us: hand our op over.
+        if (!release_locked(static_cast<size_t>(it - queue_.begin()) + 1)) return false;
+      } else {
+        task = take_front_locked();
+      }
+    }
+    if (!task.work && !task.job) {
+      cv_.notify_one();
+      return false;
+    }
+    const bool mine = task.work.get() == &work;
+    run_claimed(task);
+    if (mine) return true;
   }
-  run_claimed(task);
-  return true;
 }
 
 void Communicator::run_claimed(Task& task) {
   run_task(task);
+  bool wake = false;
   {
     std::lock_guard lock(mu_);
     busy_ = false;
     running_ = nullptr;
+    // The worker sleeps until it has a task it may take: waking it for nothing would cost the
+    // very hand-off an inline run saves.
+    wake = released_ > 0 || stopping_;
   }
-  cv_.notify_all();
+  if (wake) cv_.notify_one();
 }
 
 void Communicator::run_task(Task& task) {
@@ -472,13 +587,10 @@ void Communicator::run_task(Task& task) {
   Work& work = *task.work;
   const Op& op = task.op;
   if (op.kind == OpKind::kCoalesced) return finish_coalesced(task);
-  {
-    std::lock_guard lock(mu_);
-    if (aborted_) {
-      work.mark_failed(
-          Error(ErrorCode::kAborted, context(op.kind, op.op_seq), "the communicator was aborted"));
-      return;
-    }
+  if (aborted_.load(std::memory_order_relaxed)) {
+    work.mark_failed(
+        Error(ErrorCode::kAborted, context(op.kind, op.op_seq), "the communicator was aborted"));
+    return;
   }
   work.mark_started();
   try {
@@ -704,6 +816,7 @@ std::shared_ptr<Communicator> Communicator::split(int color, int key, CommOption
   } else {
     job();
   }
+  start_queued_elsewhere();
   return future.get();
 }
 
@@ -810,14 +923,11 @@ WorkHandle Communicator::end_coalescing(std::source_location caller) {
     rec.timeout_ms = op.timeout.count();
     work = publish_locked(std::move(rec), op, op_seq_, enqueue_ns);
     if (model_ == ExecutionModel::kRunToCompletion) {
-      // Behind every member on the one worker queue: they are done when it runs.
-      if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
-      queue_.push_back(Task{std::move(op), work, std::move(members), nullptr, nullptr});
+      // Behind every member on the one queue: they are done when it runs, which happens like a
+      // member's (on the first waiter, or the worker).
+      push_locked(Task{std::move(op), work, std::move(members), nullptr, nullptr});
+      return work;
     }
-  }
-  if (model_ == ExecutionModel::kRunToCompletion) {
-    cv_.notify_one();
-    return work;
   }
   // The backend's group ends even on an aborted communicator: its members were launched into it.
   launch_pending(op, work, nullptr, enqueue_ns, [&]() -> std::unique_ptr<PendingOp> {

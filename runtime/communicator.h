@@ -76,6 +76,11 @@ struct OpOptions {
   // Bound of this op; 0 = the communicator's default. Negative fails with kInvalidArgument;
   // longer than kMaxTimeout is cut to it.
   std::chrono::milliseconds timeout{0};
+  // Gloo and in-process: start the op on the communicator's worker thread at once, so that it
+  // overlaps the caller's own work (PyTorch's async_op=True). Without it, a queued op starts on
+  // the thread that first waits for it, with no thread hand-off (see Communicator). NCCL and MPI
+  // launch every op at once and ignore it.
+  bool async_op = false;
 };
 
 // Passed as split()'s color by ranks that join no new communicator (like NCCL_SPLIT_NOCOLOR).
@@ -83,13 +88,17 @@ inline constexpr int kNoColor = -1;
 
 // A group of ranks on which ops run asynchronously: each op call validates its arguments (throwing
 // Error(kInvalidArgument) at once when they are wrong), then hands the op to its backend and
-// returns its WorkHandle; Work::wait() throws the op's failure. Gloo and in-process ops queue to
-// one worker thread per communicator (or run on a caller waiting for them); NCCL and MPI ops are
-// launched on the calling thread, in call order, and polled to completion. Buffers must stay
-// valid and untouched until the op's work is done: for GPU ops, until the op has completed on
-// its stream (Work::synchronize() or test()), not merely until wait() returned.
-// Any thread may call ops; every rank must call the collectives in the same order. Every op records
-// the scope it was called in (trace/scope.h) and its caller's file and line; the defaulted `caller`
+// returns its WorkHandle; Work::wait() throws the op's failure. NCCL and MPI ops are launched on
+// the calling thread, in call order, and polled to completion. Gloo and in-process ops queue, in
+// call order, and run on the first thread that waits for them (no thread hand-off on the latency
+// path); they move to the communicator's worker thread, to overlap the caller's work, when
+// OpOptions::async_op asks, when a second op queues behind one not yet started (the caller is
+// pipelining), when Work::test() or a timed wait polls them, when this process blocks on any
+// other op or split, or at the latest at the watchdog's next poll (MESHRT_WATCHDOG_POLL_MS).
+// Buffers must stay valid and untouched until the op's work is done: for GPU ops, until the op has
+// completed on its stream (Work::synchronize() or test()), not merely until wait() returned. Any
+// thread may call ops; every rank must call the collectives in the same order. Every op records the
+// scope it was called in (trace/scope.h) and its caller's file and line; the defaulted `caller`
 // argument captures the latter at no cost.
 class Communicator {
  public:
@@ -243,7 +252,22 @@ class Communicator {
   void run_task(Task& task);
   // Runs a task this thread took off the queue (busy_ set), then frees the queue.
   void run_claimed(Task& task);
+  // Work::wait() of a queued op: runs the queue up to `work` on this thread while nothing else
+  // runs; if the worker or another caller is running, lets the worker take `work` and returns
+  // false. Returns true once `work` is done.
   bool try_run_inline(const Work& work);
+  // Lets the worker take every queued task up to `work` (all tasks if null); starts it if needed.
+  void start_on_worker(const Work* work);
+  // Lets the worker take the first `count` queued tasks; mu_ held. Returns whether that released
+  // any (the caller then notifies cv_ after unlocking).
+  bool release_locked(size_t count);
+  // Queues `task`, not yet released to the worker; mu_ held.
+  void push_locked(Task task);
+  // Takes the queue's first task for this thread (busy_ set); mu_ held.
+  Task take_front_locked();
+  // Before this thread blocks: starts the queued ops of every other communicator of the process
+  // on their workers, since this thread cannot run them until it returns.
+  void start_queued_elsewhere() const;
   // kLaunch: launches `op` on this thread (launch_mu_ held, numbering done).
   // `enqueue_ns` is the op's enqueue time, taken just before under launch_mu_: it doubles as the
   // launch time, which saves two clock reads per op (~60 ns each here).
@@ -290,7 +314,10 @@ class Communicator {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Task> queue_;
-  bool busy_ = false;  // A task is running, on the worker or inline on a waiting caller.
+  bool busy_ = false;    // A task is running, on the worker or inline on a waiting caller.
+  size_t released_ = 0;  // The worker may take the first released_ tasks of queue_.
+  // queue_.size() - released_: tasks no thread has started, read without mu_.
+  std::atomic<size_t> unreleased_{0};
   bool stopping_ = false;
   std::atomic<bool> aborted_{false};  // Read without mu_ by pollers.
   uint64_t collective_seq_ = 0;

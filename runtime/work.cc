@@ -12,7 +12,7 @@ namespace meshrt {
 void Work::wait() {
   switch (path_) {
     case WorkPath::kQueued:
-      if (driver_ && !test()) driver_->run_inline(*this);
+      if (driver_ && !done_now()) driver_->run_inline(*this);
       break;
     case WorkPath::kLaunched:
       driver_->progress(*this, std::chrono::steady_clock::time_point::max());
@@ -39,7 +39,11 @@ void Work::synchronize() {
 
 void Work::wait(std::chrono::milliseconds timeout) {
   const auto until = std::chrono::steady_clock::now() + capped_timeout(timeout);
-  if (path_ != WorkPath::kQueued) driver_->progress(*this, until);
+  if (path_ != WorkPath::kQueued) {
+    driver_->progress(*this, until);
+  } else if (driver_ && !done_now()) {
+    driver_->start(*this);
+  }
   std::unique_lock lock(mu_);
   if (!cv_.wait_until(lock, until, [this] { return done_; })) {
     throw Error(
@@ -55,9 +59,13 @@ void Work::wait(std::chrono::milliseconds timeout) {
 bool Work::test() const {
   {
     std::lock_guard lock(mu_);
-    if (done_ || path_ == WorkPath::kQueued) return done_;
+    if (done_ || !driver_) return done_;
   }
-  driver_->progress(*this, std::chrono::steady_clock::time_point::min());
+  if (path_ == WorkPath::kQueued) {
+    driver_->start(*this);
+  } else {
+    driver_->progress(*this, std::chrono::steady_clock::time_point::min());
+  }
   std::lock_guard lock(mu_);
   return done_;
 }

@@ -15,15 +15,18 @@ namespace meshrt {
 class Work;
 
 // How a Work reaches its communicator. Run-to-completion backends: a caller blocked in
-// Work::wait() runs its op on its own thread when the op is next in line and nothing else runs,
-// which saves the two thread wake-ups of a hand-off to the worker. Launching backends: the caller
-// polls the launched ops itself.
+// Work::wait() runs the queue up to its op on its own thread while nothing else runs, which saves
+// the two thread wake-ups of a hand-off to the worker. Launching backends: the caller polls the
+// launched ops itself.
 class WorkDriver {
  public:
   virtual ~WorkDriver() = default;
   // Runs `work`'s op now if it is next in line and the communicator is idle; returns whether it
   // did (the op then finished).
   virtual bool run_inline(const Work& work) = 0;
+  // Lets the communicator's worker start `work`'s op (and the ops queued before it) now, for a
+  // caller that polls or waits with a bound instead of running it.
+  virtual void start(const Work& work) = 0;
   // Polls the communicator's launched ops (completing, failing and timing them out) until
   // `work` is done or `until` passed; `until` in the past polls once.
   virtual void progress(const Work& work, std::chrono::steady_clock::time_point until) = 0;
@@ -33,7 +36,7 @@ class WorkDriver {
 
 // How the op of a Work executes (the backend's ExecutionModel, seen from the Work).
 enum class WorkPath : uint8_t {
-  kQueued,            // Queued to the communicator's worker (or run inline by wait()).
+  kQueued,            // Queued; run by the first waiter, or by the communicator's worker.
   kLaunched,          // Launched into a host library; polled to completion.
   kLaunchedOnStream,  // Launched onto a device stream; wait() orders the caller's stream.
 };
@@ -48,8 +51,8 @@ class Work {
   Work& operator=(const Work&) = delete;
 
   // Blocks until the op finished; throws its Error if it failed. Every op is bounded by its
-  // timeout, so this returns or throws within about that time. When the op is next in line and
-  // the communicator is idle, runs it on the calling thread (see WorkDriver). GPU ops (NCCL)
+  // timeout, so this returns or throws within about that time. A queued op (Gloo, in-process)
+  // runs on the calling thread when nothing else runs on its communicator. GPU ops (NCCL)
   // instead make the caller's current CUDA stream wait for the op and return at once, as
   // PyTorch's Work::wait does; they throw only a failure already seen. Use synchronize() to
   // block the host.
@@ -58,9 +61,10 @@ class Work {
   void synchronize();
   // Like synchronize(), but throws Error(kTimeout) if the op has not finished after `timeout`
   // (capped to kMaxTimeout). The op itself runs on: waiting again is safe. Never runs the op
-  // inline.
+  // inline: a queued op starts on its communicator's worker.
   void wait(std::chrono::milliseconds timeout);
-  // True once the op completed or failed; never blocks (a launched op is polled once).
+  // True once the op completed or failed; never blocks (a launched op is polled once, a queued
+  // op is started on its communicator's worker).
   bool test() const;
   // PyTorch's name for test().
   bool is_completed() const { return test(); }

@@ -1,6 +1,10 @@
 // The Gloo backend with real processes on loopback: every collective x dtype x reduce op at 2, 3
-// and 4 ranks, p2p and split, and a peer that dies mid-job.
+// and 4 ranks (all_reduce both one-shot and ring), p2p and split, and a peer that dies mid-job.
 #include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <tuple>
 
 #include "tests/process_harness.h"
 
@@ -11,19 +15,26 @@
 namespace meshrt::testing {
 namespace {
 
-class GlooWorld : public ::testing::TestWithParam<int> {};
+// World size, and MESHRT_GLOO_ONESHOT_MAX_BYTES ("" = default: the tests' small all_reduces go
+// one-shot; "0" = Gloo's ring for every size).
+class GlooWorld : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
 
 TEST_P(GlooWorld, EveryCollectiveDtypeReduceOpP2PAndSplit) {
+  const auto [size, one_shot_max] = GetParam();
+  std::map<std::string, std::string> env{{"MESHRT_INIT_TIMEOUT_MS", "30000"},
+                                         {"MESHRT_TIMEOUT_MS", "30000"}};
+  if (!one_shot_max.empty()) env["MESHRT_GLOO_ONESHOT_MAX_BYTES"] = one_shot_max;
   const auto results =
-      run_ranks({MESHRT_GLOO_WORKER, "collectives"}, GetParam(), std::chrono::seconds(90),
-                {{"MESHRT_INIT_TIMEOUT_MS", "30000"}, {"MESHRT_TIMEOUT_MS", "30000"}});
+      run_ranks({MESHRT_GLOO_WORKER, "collectives"}, size, std::chrono::seconds(90), env);
   for (const auto& r : results) {
     EXPECT_EQ(r.exit_code, 0) << describe(results);
     if (r.exit_code != 0) break;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Sizes, GlooWorld, ::testing::Values(2, 3, 4));
+INSTANTIATE_TEST_SUITE_P(Sizes, GlooWorld,
+                         ::testing::Values(std::tuple{2, ""}, std::tuple{3, ""}, std::tuple{4, ""},
+                                           std::tuple{2, "0"}, std::tuple{4, "0"}));
 
 TEST(Gloo, PeerKilledMidJobFailsTheOthersWithinTheTimeout) {
   const auto start = std::chrono::steady_clock::now();

@@ -3,10 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <filesystem>
+#include <latch>
+#include <map>
 #include <mutex>
+#include <thread>
 
 #include "mesh/meshrt.h"
 #include "tests/collective_checks.h"
+#include "trace/tracer.h"
 
 namespace meshrt {
 namespace {
@@ -167,6 +172,118 @@ TEST(Inproc, OpsRunInOrderAndWorkReportsState) {
     EXPECT_GE(rec.end_ns, rec.start_ns);
     EXPECT_EQ(rec.comm->name, "world");
   });
+}
+
+// Which thread started each op of the communicators whose name begins with `prefix`.
+class StartThreads final : public trace::Sink {
+ public:
+  explicit StartThreads(std::string prefix) : prefix_(std::move(prefix)) {}
+  void on_enqueue(const trace::OpRecord&) override {}
+  void on_start(const trace::OpRecord& r) override {
+    if (!r.comm || !r.comm->name.starts_with(prefix_)) return;
+    std::lock_guard lock(mu_);
+    threads_[{r.comm->global_rank, r.op_seq}] = std::this_thread::get_id();
+  }
+  void on_end(const trace::OpRecord&) override {}
+  // The thread that started op `op_seq` of global rank `rank`.
+  std::thread::id thread(int rank, uint64_t op_seq) {
+    std::lock_guard lock(mu_);
+    return threads_[{rank, op_seq}];
+  }
+
+ private:
+  const std::string prefix_;
+  std::mutex mu_;
+  std::map<std::pair<int, uint64_t>, std::thread::id> threads_;
+};
+
+size_t thread_count() {
+  return static_cast<size_t>(std::distance(std::filesystem::directory_iterator("/proc/self/task"),
+                                           std::filesystem::directory_iterator()));
+}
+
+// The latency path has no thread hand-off: an op its caller waits for runs on the caller, and no
+// worker thread is ever started for it.
+TEST(InprocQueue, WaitedOpsRunOnTheCallerWithNoWorkerThread) {
+  auto sink = std::make_shared<StartThreads>("caller_runs");
+  trace::add_sink(sink);
+  auto world = make_inproc_world(1, {.name = "caller_runs"});
+  std::vector<float> x(2, 1.0f);
+  world[0]->all_reduce(view(x))->wait();  // The watchdog's threads start with the first op.
+  const size_t threads = thread_count();
+  for (int i = 0; i < 100; ++i) world[0]->all_reduce(view(x))->wait();
+  EXPECT_EQ(thread_count(), threads) << "a worker thread was started for waited ops";
+  EXPECT_EQ(sink->thread(0, 50), std::this_thread::get_id());
+  trace::remove_sink(sink.get());
+}
+
+// Waits, without starting it, until `w` has completed.
+void await_completion(const WorkHandle& w) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (w->record().state != trace::OpState::kCompleted) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "op " << w->record().op_seq;
+    std::this_thread::sleep_for(milliseconds(1));
+  }
+}
+
+// async_op, pipelining and polling start ops on the worker, in call order, with no waiter.
+TEST(InprocQueue, AsyncOpPipeliningAndPollingStartOpsOnTheWorker) {
+  auto sink = std::make_shared<StartThreads>("to_worker");
+  trace::add_sink(sink);
+  auto world = make_inproc_world(1, {.name = "to_worker"});
+  Communicator& c = *world[0];
+  std::vector<int32_t> a(4, 1);
+  auto w1 = c.all_reduce(view(a), ReduceOp::kSum, {.async_op = true});
+  await_completion(w1);
+  auto w2 = c.all_reduce(view(a));
+  auto w3 = c.all_reduce(view(a));  // Queued behind an op not yet finished: both go.
+  await_completion(w3);
+  EXPECT_TRUE(w2->test());
+  auto w4 = c.all_reduce(view(a));
+  while (!w4->test()) std::this_thread::yield();
+  auto w5 = c.all_reduce(view(a));
+  w5->wait(milliseconds(10000));  // A timed wait never runs the op inline.
+  const auto me = std::this_thread::get_id();
+  for (uint64_t seq = 1; seq <= 5; ++seq) EXPECT_NE(sink->thread(0, seq), me) << "op " << seq;
+  EXPECT_EQ(a[0], 1);
+  trace::remove_sink(sink.get());
+}
+
+// An op nobody waits for still runs (the watchdog's poll starts it), and a rank that blocks on
+// one communicator starts its ops queued on another: ranks that wait in another order than they
+// queued do not deadlock.
+TEST(InprocQueue, QueuedOpsStartWhenTheirRankBlocksElsewhereOrIsIdle) {
+  auto world = make_inproc_world(2, {.name = "elsewhere", .timeout = milliseconds(20000)});
+  std::vector<std::shared_ptr<Communicator>> sub(2);
+  {
+    std::vector<std::thread> splits;
+    for (int r = 0; r < 2; ++r) splits.emplace_back([&, r] { sub[r] = world[r]->split(0, r); });
+    for (auto& t : splits) t.join();
+  }
+  std::latch peer_done(1);
+  std::vector<std::vector<float>> x(2, std::vector<float>(4, 1.0f));
+  std::vector<std::vector<float>> y = x, u = x;
+  std::thread rank0([&] {
+    auto a = world[0]->all_reduce(view(x[0]));  // Queued, not waited for yet.
+    sub[0]->all_reduce(view(y[0]))->wait();     // Rank 1 finishes `a` before it joins this.
+    auto idle = world[0]->all_reduce(view(u[0]));
+    peer_done.wait();  // User code that calls no meshrt until rank 1 has finished `idle`.
+    a->wait();
+    idle->wait();
+  });
+  std::thread rank1([&] {
+    world[1]->all_reduce(view(x[1]))->wait();
+    sub[1]->all_reduce(view(y[1]))->wait();
+    world[1]->all_reduce(view(u[1]))->wait();
+    peer_done.count_down();
+  });
+  rank0.join();
+  rank1.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(x[r][0], 2.0f);
+    EXPECT_EQ(y[r][0], 2.0f);
+    EXPECT_EQ(u[r][0], 2.0f);
+  }
 }
 
 }  // namespace

@@ -23,6 +23,7 @@
 #include "runtime/backends/gloo/gloo_store.h"
 #include "runtime/error.h"
 #include "runtime/store/prefix_store.h"
+#include "trace/env.h"
 
 namespace meshrt {
 namespace {
@@ -31,6 +32,7 @@ namespace {
 constexpr uint8_t kP2PSlotPrefix = 0x20;
 constexpr uint8_t kP2PHeaderSlotPrefix = 0x22;
 constexpr uint8_t kReduceScatterSlotPrefix = 0x21;
+constexpr uint8_t kOneShotSlotPrefix = 0x23;
 
 // Calls f(T{}) with the C++ element type of `dtype`: Gloo's setters are templates on it.
 template <typename F>
@@ -117,8 +119,11 @@ std::shared_ptr<gloo::Context> connect(const std::shared_ptr<Store>& store, cons
 class GlooBackend : public Backend {
  public:
   GlooBackend(std::shared_ptr<Store> store, std::shared_ptr<gloo::transport::Device> device,
-              std::shared_ptr<gloo::Context> context)
-      : store_(std::move(store)), device_(std::move(device)), context_(std::move(context)) {}
+              std::shared_ptr<gloo::Context> context, size_t one_shot_max_bytes)
+      : store_(std::move(store)),
+        device_(std::move(device)),
+        context_(std::move(context)),
+        one_shot_max_bytes_(one_shot_max_bytes) {}
 
   std::string_view name() const override { return "gloo"; }
   std::string version() const override {
@@ -148,7 +153,8 @@ class GlooBackend : public Backend {
         o.setTimeout(spec.timeout);
         gloo::barrier(o);
       }
-      return std::make_unique<GlooBackend>(store_, device_, std::move(context));
+      return std::make_unique<GlooBackend>(store_, device_, std::move(context),
+                                           one_shot_max_bytes_);
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {
@@ -177,6 +183,10 @@ class GlooBackend : public Backend {
     };
     switch (op.kind) {
       case OpKind::kAllReduce:
+        if (n > 1 && op.output.bytes() * (n - 1) <= one_shot_max_bytes_) {
+          all_reduce_one_shot(op);
+          return;
+        }
         with_type(dtype, [&](auto t) {
           using T = decltype(t);
           gloo::AllreduceOptions o(context_);
@@ -436,22 +446,66 @@ class GlooBackend : public Backend {
     if (op.reduce_op == ReduceOp::kAvg) divide_elements(dtype, op.output.data, count, n);
   }
 
+  // Small all_reduce in one step: every rank sends its buffer to every other at once and reduces
+  // the n buffers locally, in rank order, so that every rank computes the same bits. One message
+  // latency instead of the 2(n-1) sequential steps of Gloo's ring, for (n-1)x the bytes sent:
+  // worth it while the op is latency-bound (NCCL's one-shot all_reduce, the same trade).
+  void all_reduce_one_shot(const Op& op) {
+    const int n = context_->size;
+    const int rank = context_->rank;
+    const size_t bytes = op.output.bytes();
+    gathered_.resize(bytes * static_cast<size_t>(n));
+    char* mine = gathered_.data() + bytes * static_cast<size_t>(rank);
+    std::memcpy(mine, op.output.data, bytes);
+    auto send_buf = context_->createUnboundBuffer(mine, bytes);
+    auto recv_buf = context_->createUnboundBuffer(gathered_.data(), gathered_.size());
+    const uint64_t slot = gloo::Slot::build(kOneShotSlotPrefix, tag(op));
+    const auto deadline = std::chrono::steady_clock::now() + op.timeout;
+    for (int peer = 0; peer < n; ++peer) {
+      if (peer == rank) continue;
+      recv_buf->recv(peer, slot, bytes * static_cast<size_t>(peer), bytes);
+      send_buf->send(peer, slot);
+    }
+    for (int i = 1; i < n; ++i) recv_buf->waitRecv(deadline);
+    const DType dtype = op.output.dtype;
+    const size_t count = op.output.count;
+    void* out = op.output.data;
+    reduce_elements(dtype, op.reduce_op, out, gathered_.data(), gathered_.data() + bytes, count);
+    for (int i = 2; i < n; ++i) {
+      reduce_elements(dtype, op.reduce_op, out, out, gathered_.data() + bytes * i, count);
+    }
+    if (op.reduce_op == ReduceOp::kAvg) divide_elements(dtype, out, count, n);
+    for (int i = 1; i < n; ++i) send_buf->waitSend(deadline);
+  }
+
   std::shared_ptr<Store> store_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> context_;
-  std::vector<char> acc_[2];  // Reused across ops.
+  const size_t one_shot_max_bytes_;  // GlooConfig::one_shot_max_bytes.
+  std::vector<char> gathered_;       // The one-shot all_reduce's n buffers.
+  std::vector<char> acc_[2];         // Reused across ops.
   std::vector<char> recv_;
   std::vector<char> scratch_;
 };
 
 }  // namespace
 
+size_t gloo_one_shot_max_bytes_from_env() {
+  try {
+    return static_cast<size_t>(
+        trace::env::get_int({"MESHRT_GLOO_ONESHOT_MAX_BYTES"}, 0).value_or(size_t{256} << 10));
+  } catch (const trace::env::EnvError& e) {
+    throw Error(ErrorCode::kInvalidArgument, {}, e.what());
+  }
+}
+
 std::unique_ptr<Backend> make_gloo_backend(const GlooConfig& config) {
   try {
     auto device = make_device(config);
     auto context =
         connect(config.store, config.store_key, config.rank, config.size, device, config.timeout);
-    return std::make_unique<GlooBackend>(config.store, std::move(device), std::move(context));
+    return std::make_unique<GlooBackend>(config.store, std::move(device), std::move(context),
+                                         config.one_shot_max_bytes);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {

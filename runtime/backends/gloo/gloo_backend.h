@@ -10,6 +10,10 @@
 
 namespace meshrt {
 
+// MESHRT_GLOO_ONESHOT_MAX_BYTES, or 262144 when unset; throws Error(kInvalidArgument) if it is
+// not a non-negative integer.
+size_t gloo_one_shot_max_bytes_from_env();
+
 // Where and how a Gloo communicator connects.
 struct GlooConfig {
   std::shared_ptr<Store> store;  // Rendezvous store; connection keys go under `store_key`.
@@ -19,6 +23,10 @@ struct GlooConfig {
   int rank = 0;
   int size = 1;
   std::chrono::milliseconds timeout{0};
+  // An all_reduce that sends at most this many bytes per rank in one step ((n-1) x its buffer)
+  // runs one-shot (every rank to every rank, one message latency) instead of Gloo's ring; 0 =
+  // always the ring. Inherited by splits. Default: MESHRT_GLOO_ONESHOT_MAX_BYTES, else 256 KiB.
+  size_t one_shot_max_bytes = gloo_one_shot_max_bytes_from_env();
 };
 
 // Connects a full mesh of Gloo pairs among the `size` ranks (a collective over them) and returns
