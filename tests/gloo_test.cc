@@ -15,7 +15,7 @@
 namespace meshrt::testing {
 namespace {
 
-// World size, and MESHRT_GLOO_ONESHOT_MAX_BYTES ("" = default: the tests' small all_reduces go
+// World size, and MESHRT_GLOO_ONESHOT_MAX_BYTES ("" = default: 2-rank small all_reduces go
 // one-shot; "0" = Gloo's ring for every size).
 class GlooWorld : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
 
@@ -34,7 +34,7 @@ TEST_P(GlooWorld, EveryCollectiveDtypeReduceOpP2PAndSplit) {
 
 INSTANTIATE_TEST_SUITE_P(Sizes, GlooWorld,
                          ::testing::Values(std::tuple{2, ""}, std::tuple{3, ""}, std::tuple{4, ""},
-                                           std::tuple{2, "0"}, std::tuple{4, "0"}));
+                                           std::tuple{2, "0"}));
 
 TEST(Gloo, PeerKilledMidJobFailsTheOthersWithinTheTimeout) {
   const auto start = std::chrono::steady_clock::now();

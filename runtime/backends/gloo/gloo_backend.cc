@@ -183,7 +183,9 @@ class GlooBackend : public Backend {
     };
     switch (op.kind) {
       case OpKind::kAllReduce:
-        if (n > 1 && op.output.bytes() * (n - 1) <= one_shot_max_bytes_) {
+        // Two ranks only: with 4 ranks on 2 cores the one-shot's burst of messages made the median
+        // 3-4x slower than the ring (docs/performance.md).
+        if (n == 2 && op.output.bytes() <= one_shot_max_bytes_) {
           all_reduce_one_shot(op);
           return;
         }
@@ -448,8 +450,8 @@ class GlooBackend : public Backend {
 
   // Small all_reduce in one step: every rank sends its buffer to every other at once and reduces
   // the n buffers locally, in rank order, so that every rank computes the same bits. One message
-  // latency instead of the 2(n-1) sequential steps of Gloo's ring, for (n-1)x the bytes sent:
-  // worth it while the op is latency-bound (NCCL's one-shot all_reduce, the same trade).
+  // latency instead of the 2(n-1) sequential steps of Gloo's ring (2 instead of 1 with 2 ranks,
+  // where it sends the same bytes).
   void all_reduce_one_shot(const Op& op) {
     const int n = context_->size;
     const int rank = context_->rank;

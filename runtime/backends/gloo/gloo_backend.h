@@ -23,9 +23,9 @@ struct GlooConfig {
   int rank = 0;
   int size = 1;
   std::chrono::milliseconds timeout{0};
-  // An all_reduce that sends at most this many bytes per rank in one step ((n-1) x its buffer)
-  // runs one-shot (every rank to every rank, one message latency) instead of Gloo's ring; 0 =
-  // always the ring. Inherited by splits. Default: MESHRT_GLOO_ONESHOT_MAX_BYTES, else 256 KiB.
+  // A 2-rank all_reduce of at most this many bytes runs one-shot (both ranks exchange their
+  // buffers and reduce locally: one message latency) instead of Gloo's ring (two); 0 = always
+  // the ring. Inherited by splits. Default: MESHRT_GLOO_ONESHOT_MAX_BYTES, else 256 KiB.
   size_t one_shot_max_bytes = gloo_one_shot_max_bytes_from_env();
 };
 
