@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# A few-second smoke of every bench in bench/, so that each keeps building and running and, where
+# it checks its results (collective_bench, torch_bench.py), stays correct. Not a timing: figures
+# come from docs/performance.md's commands on a release build. analyzer_bench is left out: its
+# fixture alone (1024 dumps) takes ~30 s here; the analyzer suite covers its code.
+#
+#   bench/smoke.sh BUILD_DIR SOURCE_DIR   (meson test bench_smoke)
+set -uo pipefail
+BUILD=$1
+SRC=$2
+OUT=$(mktemp -d /tmp/meshrt-bench-smoke-XXXXXX)
+trap 'rm -rf "$OUT"' EXIT
+failed=0
+
+fail() {
+  echo "bench_smoke: FAIL: $*" >&2
+  failed=1
+}
+
+# gbench BINARY FILTER: one Google Benchmark binary, each selected case for a moment.
+gbench() {
+  local bin=$BUILD/bench/$1
+  if [ ! -x "$bin" ]; then
+    echo "bench_smoke: $1 not built (no Google Benchmark): skipped"
+    return
+  fi
+  if ! timeout 120 "$bin" --benchmark_filter="$2" --benchmark_min_time=0.01 \
+    > "$OUT/$1.out" 2>&1; then
+    fail "$1 exited with status $?"
+    tail -20 "$OUT/$1.out" >&2
+    return
+  fi
+  grep -q '^BM_' "$OUT/$1.out" || fail "$1 ran no benchmark for '$2'"
+  echo "bench_smoke: $1 ok ($(grep -c '^BM_' "$OUT/$1.out") cases)"
+}
+
+gbench store_bench 'BM_SetGetAdd/64/real_time/threads:1$'
+gbench op_overhead_bench 'BM_AllReduce8B/real_time|BM_ValidateOnly|BM_ReduceSumF32_Meshrt/65536'
+gbench trace_overhead_bench 'BM_RecordAndComplete/1|BM_AllReduce8B/1/'
+gbench flight_recorder_bench 'BM_RenderDump/0'
+gbench mesh_bench 'BM_CreateMesh4D|BM_SliceTwoDims'
+gbench straggler_bench 'BM_Analyze/ranks:8'
+
+# collective_bench through compare.sh: meshrt and raw Gloo on 2 real processes over loopback, each
+# result checked element-wise by the bench ("check": "ok"). PyTorch too where it is installed.
+torch_flag=--cpp-only
+/usr/bin/python3 -c 'import torch' 2> /dev/null && torch_flag=
+if ! timeout 240 bash "$SRC/bench/compare.sh" "$BUILD" -r 1 -w 2 -t 100 $torch_flag -o "$OUT/cmp" \
+  -- --ops all_reduce,all_gather,broadcast,reduce_scatter --lat-iters 20 --lat-warmup 2 \
+  --big-bytes 65536 --big-iters 3 --big-warmup 1 > "$OUT/compare.out" 2>&1; then
+  fail "compare.sh exited with status $?"
+  tail -20 "$OUT/compare.out" >&2
+fi
+results=$OUT/cmp/results.jsonl
+ok=$(grep -c '"check": "ok"' "$results" 2> /dev/null || true)
+bad=$(grep -vc '"check": "ok"' "$results" 2> /dev/null || true)
+if [ "${ok:-0}" -lt 8 ] || [ "${bad:-0}" -ne 0 ]; then
+  fail "collective_bench: ${ok:-0} checked results, ${bad:-0} wrong or unchecked"
+  cat "$results" >&2
+else
+  echo "bench_smoke: collective_bench ok ($ok results checked${torch_flag:+, torch not installed})"
+fi
+
+# mpi_bench: 2 ranks under mpirun over shared memory, where MPI is built in.
+if [ -x "$BUILD/bench/mpi_bench" ] && command -v mpirun > /dev/null; then
+  if timeout 60 mpirun -np 2 --oversubscribe --allow-run-as-root --mca btl self,vader \
+    --mca btl_vader_single_copy_mechanism none "$BUILD/bench/mpi_bench" 1 latency \
+    > "$OUT/mpi.out" 2>&1 && grep -q 'latency raw' "$OUT/mpi.out"; then
+    echo "bench_smoke: mpi_bench ok"
+  else
+    fail "mpi_bench"
+    tail -20 "$OUT/mpi.out" >&2
+  fi
+fi
+
+exit $failed
