@@ -45,11 +45,14 @@ Rendezvous::Rendezvous(RendezvousOptions options) : options_(std::move(options))
 Rendezvous::~Rendezvous() = default;
 
 void Rendezvous::host_or_connect() {
+  // One node: every client is on this host, so nothing else needs to reach the store.
+  if (options_.nnodes == 1) options_.host = "127.0.0.1";
   const bool must_host = options_.node_rank == 0 || options_.nnodes == 1;
   if (must_host || options_.node_rank < 0) {
     TcpStoreServerOptions so;
     so.host = options_.host;
     so.port = options_.port;
+    so.token = options_.token;
     try {
       server_ = std::make_unique<TcpStoreServer>(so);
     } catch (const Error& e) {
@@ -70,6 +73,7 @@ void Rendezvous::host_or_connect() {
     co.connect_timeout = std::min<milliseconds>(
         kConnectSlice, std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
     co.timeout = options_.timeout;
+    co.token = options_.token;
     try {
       client_ = std::make_shared<TcpStore>(co);
       return;

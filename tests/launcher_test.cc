@@ -254,6 +254,48 @@ TEST(Meshrun, OneNodeFourRanksGetTheirEnvironmentAndInitTheWorld) {
   }
 }
 
+TEST(Meshrun, RanksGetAFreshStoreTokenAndAStrangerIsRefused) {
+  const auto r = run_meshrun({"--standalone", "--nproc-per-node", "2", MESHRT_LAUNCHER_CHILD,
+                              "token", "stranger", "world", "getenv=MASTER_ADDR"},
+                             60s, kInitEnv);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_TRUE(contains(r.out, fmt::format("[rank{}]: token length=64 hex=yes\n", rank))) << r.out;
+    EXPECT_TRUE(contains(r.out, fmt::format("[rank{}]: stranger refused: ", rank))) << r.out;
+    EXPECT_TRUE(contains(r.out, fmt::format("[rank{}]: world ok rank={}", rank, rank))) << r.out;
+    // One node: the store listens on loopback only.
+    EXPECT_TRUE(contains(r.out, fmt::format("[rank{}]: getenv MASTER_ADDR=127.0.0.1\n", rank)))
+        << r.out;
+  }
+  EXPECT_TRUE(contains(r.out, "authentication refused")) << r.out;
+  EXPECT_FALSE(contains(r.out, "stranger accepted")) << r.out;
+
+  // A token the user set is the one the ranks get (several nodes need one they all share).
+  const std::string mine(64, 'a');
+  auto env = kInitEnv;
+  env["MESHRT_STORE_TOKEN"] = mine;
+  const auto given = run_meshrun({"--standalone", "--nproc-per-node", "2", MESHRT_LAUNCHER_CHILD,
+                                  "getenv=MESHRT_STORE_TOKEN", "world"},
+                                 60s, env);
+  ASSERT_EQ(given.exit_code, 0) << given.out << given.err;
+  EXPECT_TRUE(contains(given.out, "[rank1]: getenv MESHRT_STORE_TOKEN=" + mine + "\n"))
+      << given.out;
+}
+
+TEST(InitWithoutLauncher, RankZerosStoreTakesTheTokenAndRefusesAStranger) {
+  // torchrun's environment without MESHRT_STORE_EXTERNAL: rank 0 hosts the store in init().
+  auto env = kInitEnv;
+  env["MESHRT_STORE_TOKEN"] = std::string(64, 'b');
+  const auto results = run_ranks({MESHRT_LAUNCHER_CHILD, "stranger@1", "world"}, 2, 60s, env);
+  for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << describe(results);
+  EXPECT_TRUE(contains(results[0].output, "world ok rank=0 size=2")) << describe(results);
+  EXPECT_TRUE(contains(results[1].output, "stranger refused: ")) << describe(results);
+  EXPECT_TRUE(contains(results[1].output, "authentication refused")) << describe(results);
+  // The refusal is logged by the store's host, naming the peer but not the secret.
+  EXPECT_TRUE(contains(results[0].output, "authentication refused")) << describe(results);
+  EXPECT_FALSE(contains(results[0].output, std::string(64, 'b'))) << describe(results);
+}
+
 TEST(Meshrun, LogDirWithoutTeeSendsOutputToFilesOnly) {
   TempDir logs;
   // OMP_NUM_THREADS set: no notice that meshrun sets it.

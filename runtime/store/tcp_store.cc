@@ -36,6 +36,8 @@ constexpr milliseconds kReplyMargin{2000};
 constexpr milliseconds kFirstRetryDelay{10};
 constexpr milliseconds kReconnectTimeout{2000};
 constexpr milliseconds kMaxRetryDelay{500};
+// A reply's buffer grows by at most this much per read.
+constexpr size_t kReadChunkBytes = size_t{1} << 20;
 // Receive buffers that grew past this for one big reply are released afterwards.
 constexpr size_t kKeepBufferBytes = size_t{1} << 20;
 
@@ -144,6 +146,9 @@ class TcpStore::Impl {
         if (!ec) {
           error_code ignored;
           socket_.set_option(tcp::no_delay(true), ignored);
+          ec = authenticate(deadline);
+        }
+        if (!ec) {
           connected_once_ = true;
           return;
         }
@@ -168,6 +173,72 @@ class TcpStore::Impl {
     socket_.close(ignored);
   }
 
+  // Sends the token on a fresh connection. An I/O error is returned (the caller retries like a
+  // failed connect); a refusal throws, since retrying with the same token cannot help.
+  error_code authenticate(Clock::time_point deadline) {
+    if (options_.token.empty()) return {};
+    std::vector<char> request;
+    proto::FrameWriter w(request);
+    w.u8(static_cast<uint8_t>(Command::kAuth));
+    w.bytes(options_.token);
+    w.finish();
+    std::vector<char> reply;
+    const error_code ec = round_trip(request, reply, deadline);
+    if (ec) {
+      close();
+      return ec;
+    }
+    check_reply_status(reply, Command::kAuth);
+    return {};
+  }
+
+  // Writes `request` and reads one reply frame into `reply`, by `deadline`.
+  error_code round_trip(const std::vector<char>& request, std::vector<char>& reply,
+                        Clock::time_point deadline) {
+    error_code ec = run_until(
+        [&](auto&& handler) { asio::async_write(socket_, asio::buffer(request), handler); },
+        deadline);
+    if (!ec) {
+      ec = run_until(
+          [&](auto&& handler) { asio::async_read(socket_, asio::buffer(header_), handler); },
+          deadline);
+    }
+    // The reply's memory follows its bytes, not its header: whatever answers on the port (it
+    // may not be our server yet) cannot make us allocate 4 GiB with five bytes.
+    const size_t reply_bytes = ec ? 0 : proto::decode_u32(header_.data());
+    reply.clear();
+    while (!ec && reply.size() < reply_bytes) {
+      const size_t have = reply.size();
+      reply.resize(have + std::min(reply_bytes - have, kReadChunkBytes));
+      ec = run_until(
+          [&](auto&& handler) {
+            asio::async_read(socket_, asio::buffer(reply.data() + have, reply.size() - have),
+                             handler);
+          },
+          deadline);
+    }
+    return ec;
+  }
+
+  // Throws for an error reply; returns a reader positioned after an ok status.
+  proto::FrameReader check_reply_status(const std::vector<char>& reply, Command command) {
+    proto::FrameReader r(reply);
+    const auto status = static_cast<Status>(r.u8());
+    if (status == Status::kOk) return r;
+    const std::string message(r.bytes());
+    // After any refusal but a timeout the server may close the connection: start afresh.
+    if (status != Status::kTimeout) close();
+    if (status == Status::kUnauthenticated) {
+      throw Error(ErrorCode::kStore, context_for(command),
+                  fmt::format("store {} refused this client: {} ({})", address_, message,
+                              options_.token.empty()
+                                  ? "this client has no token; set MESHRT_STORE_TOKEN to the job's"
+                                  : "this client's token is not the job's MESHRT_STORE_TOKEN"));
+    }
+    throw Error(code_for(status), context_for(command),
+                fmt::format("{} (store {})", message, address_));
+  }
+
   void release_big_buffers() {
     if (in_.capacity() > kKeepBufferBytes) std::vector<char>().swap(in_);
     if (out_.capacity() > kKeepBufferBytes) std::vector<char>().swap(out_);
@@ -178,18 +249,7 @@ class TcpStore::Impl {
                               milliseconds wait) {
     if (!socket_.is_open()) connect();
     const Clock::time_point deadline = Clock::now() + capped_timeout(wait) + kReplyMargin;
-    error_code ec = run_until(
-        [&](auto&& handler) { asio::async_write(socket_, asio::buffer(out_), handler); }, deadline);
-    if (!ec) {
-      ec = run_until(
-          [&](auto&& handler) { asio::async_read(socket_, asio::buffer(header_), handler); },
-          deadline);
-    }
-    if (!ec) {
-      in_.resize(proto::decode_u32(header_.data()));
-      ec = run_until([&](auto&& handler) { asio::async_read(socket_, asio::buffer(in_), handler); },
-                     deadline);
-    }
+    const error_code ec = round_trip(out_, in_, deadline);
     if (ec == asio::error::timed_out) {
       throw Error(ErrorCode::kTimeout, context_for(command),
                   fmt::format("no reply from store {} within {} ms to {}{}; connection dropped",
@@ -202,14 +262,7 @@ class TcpStore::Impl {
                   fmt::format("store {} closed the connection during {}{}: {}", address_,
                               proto::command_name(command), of_keys(keys), ec.message()));
     }
-    proto::FrameReader r(in_);
-    const auto status = static_cast<Status>(r.u8());
-    if (status != Status::kOk) {
-      const std::string_view message = r.bytes();
-      throw Error(code_for(status), context_for(command),
-                  fmt::format("{} (store {})", message, address_));
-    }
-    return r;
+    return check_reply_status(in_, command);
   }
 
   const TcpStoreOptions options_;
