@@ -66,6 +66,7 @@ void Rendezvous::host_or_connect() {
   }
   port_ = server_ ? server_->port() : options_.port;
   const auto deadline = Clock::now() + options_.timeout;
+  std::string last_error;
   for (;;) {
     TcpStoreOptions co;
     co.host = options_.host;
@@ -79,14 +80,16 @@ void Rendezvous::host_or_connect() {
       return;
     } catch (const Error& e) {
       if (e.code() != ErrorCode::kTimeout) throw;
+      last_error = e.detail();
     }
     if (options_.should_stop && options_.should_stop()) {
       throw Error(ErrorCode::kAborted, context(), "interrupted while connecting to the store");
     }
     if (Clock::now() >= deadline) {
       throw Error(ErrorCode::kTimeout, context(),
-                  fmt::format("no store at {}:{} within {}: is node 0's meshrun running there?",
-                              options_.host, port_, seconds(options_.timeout)));
+                  fmt::format("no store at {}:{} within {}: is node 0's meshrun running there? "
+                              "(last: {})",
+                              options_.host, port_, seconds(options_.timeout), last_error));
     }
   }
 }

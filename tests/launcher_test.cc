@@ -282,6 +282,39 @@ TEST(Meshrun, RanksGetAFreshStoreTokenAndAStrangerIsRefused) {
       << given.out;
 }
 
+TEST(Meshrun, StoreOverTlsWhenTheEnvironmentNamesTheFiles) {
+  TempDir dir;
+  const std::string cert = dir.path() + "/store.pem", key = dir.path() + "/store.key";
+  ASSERT_EQ(std::system(fmt::format("openssl req -x509 -newkey ec -pkeyopt "
+                                    "ec_paramgen_curve:prime256v1 -nodes -days 1 -subj /CN=store "
+                                    "-addext subjectAltName=IP:127.0.0.1 -keyout {} -out {} "
+                                    ">/dev/null 2>&1",
+                                    key, cert)
+                            .c_str()),
+            0);
+  auto env = kInitEnv;
+  env["MESHRT_STORE_TLS_CERT"] = cert;
+  env["MESHRT_STORE_TLS_KEY"] = key;
+  env["MESHRT_STORE_TLS_CA"] = cert;
+  const auto r = run_meshrun(
+      {"--standalone", "--nproc-per-node", "2", MESHRT_LAUNCHER_CHILD, "stranger", "world"}, 60s,
+      env);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_TRUE(contains(r.out, fmt::format("[rank{}]: world ok rank={}", rank, rank))) << r.out;
+    // The stranger has the CA (it inherits the variable) but not the token.
+    EXPECT_TRUE(contains(r.out, fmt::format("[rank{}]: stranger refused: ", rank))) << r.out;
+  }
+  // Without the CA, even meshrun's own client cannot join: every connection ends in the
+  // handshake, and the error says so.
+  env.erase("MESHRT_STORE_TLS_CA");
+  const auto plain = run_meshrun({"--standalone", "--rdzv-timeout", "2", "--nproc-per-node", "1",
+                                  MESHRT_LAUNCHER_CHILD, "world"},
+                                 30s, env);
+  EXPECT_NE(plain.exit_code, 0) << plain.out << plain.err;
+  EXPECT_TRUE(contains(plain.out + plain.err, "does it expect TLS")) << plain.out << plain.err;
+}
+
 TEST(InitWithoutLauncher, RankZerosStoreTakesTheTokenAndRefusesAStranger) {
   // torchrun's environment without MESHRT_STORE_EXTERNAL: rank 0 hosts the store in init().
   auto env = kInitEnv;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <malloc.h>
 #include <poll.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -11,6 +12,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <future>
@@ -1163,6 +1166,142 @@ TEST(StoreLoadTest, StormOf1000ConnectsLeavesTheServerServingWithBoundedMemory) 
   TcpStore late(client_with_token(server.port(), std::string(kToken)));
   late.set("after", "storm");
   EXPECT_EQ(to_string(member.get("after")), "storm");
+}
+
+// ---- TLS. ----
+
+// A fresh directory with self-signed certificates (each its own CA) for 127.0.0.1, made by the
+// openssl command; removed at the end of the test.
+class TlsFiles {
+ public:
+  TlsFiles() {
+    std::string tmpl = "/tmp/meshrt-store-tls-XXXXXX";
+    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    dir_ = tmpl;
+  }
+  ~TlsFiles() {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+  }
+  TlsFiles(const TlsFiles&) = delete;
+  TlsFiles& operator=(const TlsFiles&) = delete;
+
+  // Makes <name>.pem and <name>.key for `san` (subjectAltName); returns whether openssl
+  // succeeded.
+  bool make(const std::string& name, const std::string& san = "IP:127.0.0.1") {
+    const std::string command = fmt::format(
+        "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 "
+        "-subj /CN=meshrt-test -addext subjectAltName={2} -keyout {0}/{1}.key "
+        "-out {0}/{1}.pem >{0}/{1}.log 2>&1",
+        dir_, name, san);
+    return std::system(command.c_str()) == 0;
+  }
+  std::string cert(const std::string& name) const { return dir_ + "/" + name + ".pem"; }
+  std::string key(const std::string& name) const { return dir_ + "/" + name + ".key"; }
+
+ private:
+  std::string dir_;
+};
+
+TcpStoreServerOptions tls_server(const TlsFiles& files) {
+  TcpStoreServerOptions options = with_token();
+  options.tls_cert_file = files.cert("server");
+  options.tls_key_file = files.key("server");
+  return options;
+}
+
+TEST(StoreTlsTest, TokenOverTlsWorksAndEveryReconnectHandshakes) {
+  TlsFiles files;
+  ASSERT_TRUE(files.make("server"));
+  TcpStoreServerOptions options = tls_server(files);
+  options.max_key_bytes = 16;
+  TcpStoreServer server(options);
+  TcpStoreOptions co = client_with_token(server.port(), std::string(kToken));
+  co.tls_ca_file = files.cert("server");
+  TcpStore store(co);
+  store.set("k", std::string(100000, 'v'));
+  EXPECT_EQ(store.get("k").size(), 100000u);
+  // The error reply drops the connection: the next call is a new TLS session.
+  EXPECT_EQ(expect_error([&] { store.set(std::string(100, 'k'), "v"); }).code(),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(store.add("n", 3), 3);
+  // Parked requests and hang-ups work the same over TLS.
+  auto waiter = std::async(std::launch::async, [&] {
+    TcpStore other(co);
+    return to_string(other.get("later", 5000ms));
+  });
+  std::this_thread::sleep_for(100ms);
+  store.set("later", "yes");
+  EXPECT_EQ(waiter.get(), "yes");
+}
+
+TEST(StoreTlsTest, PlainClientsAreRefusedAndTheStoreIsUnchanged) {
+  TlsFiles files;
+  ASSERT_TRUE(files.make("server"));
+  TcpStoreServer server(tls_server(files));
+  TcpStoreOptions plain = client_with_token(server.port(), std::string(kToken));
+  plain.connect_timeout = 500ms;
+  const auto start = Clock::now();
+  const Error e = expect_error([&] { TcpStore store(plain); });
+  EXPECT_EQ(e.code(), ErrorCode::kTimeout) << e.what();
+  EXPECT_TRUE(Contains(e.what(), server.address()));
+  EXPECT_TRUE(Contains(e.what(), "does it expect TLS (MESHRT_STORE_TLS_CA)?"));
+  EXPECT_LT(elapsed_ms(start), 2000);
+  {
+    RawConnection raw(server.port());  // A plain request where a handshake belongs.
+    raw.send(frame_of(store_protocol::Command::kSet, [](auto& w) {
+      w.bytes(std::string_view("intruder"));
+      w.bytes(std::string_view("x"));
+    }));
+    EXPECT_TRUE(raw.closed_within(2000ms));
+  }
+  TcpStoreOptions co = client_with_token(server.port(), std::string(kToken));
+  co.tls_ca_file = files.cert("server");
+  TcpStore member(co);
+  EXPECT_EQ(member.num_keys(), 0);
+}
+
+TEST(StoreTlsTest, AnUntrustedCertificateFailsTheHandshakeClearly) {
+  TlsFiles files;
+  ASSERT_TRUE(files.make("server"));
+  ASSERT_TRUE(files.make("other"));
+  TcpStoreServer server(tls_server(files));
+  TcpStoreOptions co = client_with_token(server.port(), std::string(kToken));
+  co.tls_ca_file = files.cert("other");
+  const auto start = Clock::now();
+  const Error e = expect_error([&] { TcpStore store(co); });
+  EXPECT_EQ(e.code(), ErrorCode::kStore);
+  EXPECT_TRUE(Contains(e.what(), "TLS handshake with store " + server.address()));
+  EXPECT_TRUE(Contains(e.what(), "certificate verify failed"));
+  EXPECT_LT(elapsed_ms(start), 1000);  // Not retried: the same certificate would fail again.
+}
+
+TEST(StoreTlsTest, ACertificateForAnotherHostIsRefused) {
+  TlsFiles files;
+  ASSERT_TRUE(files.make("server", "DNS:elsewhere.example"));
+  TcpStoreServer server(tls_server(files));
+  TcpStoreOptions co = client_with_token(server.port(), std::string(kToken));
+  co.tls_ca_file = files.cert("server");  // Trusted, but it does not name 127.0.0.1.
+  const Error e = expect_error([&] { TcpStore store(co); });
+  EXPECT_EQ(e.code(), ErrorCode::kStore);
+  EXPECT_TRUE(Contains(e.what(), "certificate verify failed"));
+}
+
+TEST(StoreTlsTest, MissingOrHalfConfiguredFilesAreRefusedAtStart) {
+  TlsFiles files;
+  ASSERT_TRUE(files.make("server"));
+  TcpStoreServerOptions half;
+  half.tls_cert_file = files.cert("server");
+  EXPECT_EQ(expect_error([&] { TcpStoreServer server(half); }).code(), ErrorCode::kInvalidArgument);
+  TcpStoreServerOptions missing;
+  missing.tls_cert_file = files.cert("absent");
+  missing.tls_key_file = files.key("server");
+  const Error e = expect_error([&] { TcpStoreServer server(missing); });
+  EXPECT_EQ(e.code(), ErrorCode::kStore);
+  EXPECT_TRUE(Contains(e.what(), files.cert("absent")));
+  TcpStoreOptions co = client_options(free_port());
+  co.tls_ca_file = files.cert("absent");
+  EXPECT_EQ(expect_error([&] { TcpStore store(co); }).code(), ErrorCode::kStore);
 }
 
 }  // namespace

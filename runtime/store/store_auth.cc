@@ -48,8 +48,10 @@ std::string generate_store_token() {
   return hex;
 }
 
-std::string store_token_from_env() {
-  const char* value = std::getenv(kStoreTokenEnv);
+std::string store_token_from_env() { return store_env(kStoreTokenEnv); }
+
+std::string store_env(const char* name) {
+  const char* value = std::getenv(name);
   return value != nullptr ? std::string(value) : std::string();
 }
 

@@ -1,4 +1,5 @@
-// The store's shared secret: how a job's token is made, read from the environment and checked.
+// The store's shared secret: how a job's token is made, read from the environment and checked;
+// and the store's other settings from the environment (TLS files).
 #pragma once
 
 #include <string>
@@ -19,5 +20,8 @@ std::string generate_store_token();
 
 // The value of MESHRT_STORE_TOKEN, or "" when it is unset or empty (no authentication).
 std::string store_token_from_env();
+
+// The value of the environment variable `name`, or "" when it is unset.
+std::string store_env(const char* name);
 
 }  // namespace meshrt

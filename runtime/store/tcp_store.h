@@ -25,6 +25,10 @@ struct TcpStoreOptions {
   // The job's shared secret, sent right after every (re)connect; empty sends none. Defaults to
   // MESHRT_STORE_TOKEN so every client in a job's process carries the job's token.
   std::string token = store_token_from_env();
+  // TLS: the PEM file of the CA that signed the server's certificate; set, the client speaks TLS
+  // and checks that the certificate names options.host. Default: MESHRT_STORE_TLS_CA; empty:
+  // plain TCP.
+  std::string tls_ca_file = store_env("MESHRT_STORE_TLS_CA");
 };
 
 // A Store backed by a TcpStoreServer over one TCP connection. Thread-safe: calls from several

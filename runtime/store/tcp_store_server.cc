@@ -7,7 +7,9 @@
 #include <atomic>
 #include <charconv>
 #include <chrono>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <thread>
@@ -18,6 +20,7 @@
 
 // Asio after the standard headers: Boost 1.74 uses std::exchange without including <utility>.
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 
 #include "runtime/error.h"
 #include "runtime/store/store_auth.h"
@@ -95,6 +98,8 @@ class TcpStoreServer::Impl {
         : socket(std::move(s)), peer(std::move(peer_address)), frame_timer(io), timer(io) {}
 
     tcp::socket socket;
+    // With TLS, the encrypted stream over `socket`; every read and write goes through it.
+    std::unique_ptr<asio::ssl::stream<tcp::socket&>> tls;
     const std::string peer;  // "ip:port" of the client, for log lines.
     std::array<char, proto::kFrameHeaderBytes> header{};
     size_t header_bytes_read = 0;
@@ -125,8 +130,21 @@ class TcpStoreServer::Impl {
   };
   using SessionPtr = std::shared_ptr<Session>;
 
+  // Reads some bytes / writes all of `buffer`, through TLS when the session has it.
+  template <typename Buffer, typename Handler>
+  static void read_some(Session& s, const Buffer& buffer, Handler&& handler) {
+    if (s.tls) return s.tls->async_read_some(buffer, std::forward<Handler>(handler));
+    s.socket.async_read_some(buffer, std::forward<Handler>(handler));
+  }
+  template <typename Buffer, typename Handler>
+  static void write_all(Session& s, const Buffer& buffer, Handler&& handler) {
+    if (s.tls) return asio::async_write(*s.tls, buffer, std::forward<Handler>(handler));
+    asio::async_write(s.socket, buffer, std::forward<Handler>(handler));
+  }
+
   // Everything below runs on the io thread only, so the store needs no locks.
   void start_accept();
+  void start_session(const SessionPtr& s);
   void close_all();
   void read_header(const SessionPtr& s);
   void read_body(const SessionPtr& s);
@@ -163,6 +181,7 @@ class TcpStoreServer::Impl {
   void erase(StringMap<std::string>::iterator it);
 
   const TcpStoreServerOptions options_;
+  std::optional<asio::ssl::context> tls_context_;  // Set when TLS is on.
   asio::io_context io_;
   tcp::acceptor acceptor_{io_};
   asio::steady_timer accept_retry_timer_{io_};
@@ -191,6 +210,30 @@ class TcpStoreServer::Impl {
 
 TcpStoreServer::Impl::Impl(TcpStoreServerOptions options)
     : options_(std::move(options)), work_(asio::make_work_guard(io_)) {
+  if (options_.tls_cert_file.empty() != options_.tls_key_file.empty()) {
+    throw Error(ErrorCode::kInvalidArgument, proto::op_context("store.listen"),
+                "TLS needs both a certificate and its key (tls_cert_file, tls_key_file; "
+                "MESHRT_STORE_TLS_CERT, MESHRT_STORE_TLS_KEY)");
+  }
+  if (!options_.tls_cert_file.empty()) {
+    tls_context_.emplace(asio::ssl::context::tls_server);
+    tls_context_->set_options(asio::ssl::context::default_workarounds |
+                              asio::ssl::context::no_sslv2 | asio::ssl::context::no_sslv3 |
+                              asio::ssl::context::no_tlsv1 | asio::ssl::context::no_tlsv1_1);
+    auto load = [](const std::string& file, auto&& use) {
+      try {
+        use();
+      } catch (const boost::system::system_error& e) {
+        throw Error(ErrorCode::kStore, proto::op_context("store.listen"),
+                    fmt::format("cannot load the store's TLS file {}: {}", file, e.what()));
+      }
+    };
+    load(options_.tls_cert_file,
+         [this] { tls_context_->use_certificate_chain_file(options_.tls_cert_file); });
+    load(options_.tls_key_file, [this] {
+      tls_context_->use_private_key_file(options_.tls_key_file, asio::ssl::context::pem);
+    });
+  }
   error_code ec;
   tcp::resolver resolver(io_);
   auto endpoints = resolver.resolve(options_.host, std::to_string(options_.port),
@@ -277,12 +320,35 @@ void TcpStoreServer::Impl::start_accept() {
       log_refusal(s, reason);
       reply_and_close(s, Status::kError, reason);
     } else {
-      if (!s->authenticated) {
-        arm_frame_timer(s, options_.auth_timeout_ms, "did not authenticate in time");
-      }
-      read_header(s);
+      start_session(s);
     }
     start_accept();
+  });
+}
+
+void TcpStoreServer::Impl::start_session(const SessionPtr& s) {
+  if (!tls_context_) {
+    if (!s->authenticated) {
+      arm_frame_timer(s, options_.auth_timeout_ms, "did not authenticate in time");
+    }
+    return read_header(s);
+  }
+  // The handshake and the auth request share one deadline: a stranger's connection is bounded
+  // from its first byte.
+  s->tls = std::make_unique<asio::ssl::stream<tcp::socket&>>(s->socket, *tls_context_);
+  arm_frame_timer(s, options_.auth_timeout_ms, "did not complete the TLS handshake in time");
+  s->tls->async_handshake(asio::ssl::stream_base::server, [this, s](error_code ec) {
+    if (s->closed) return;
+    if (ec) {
+      log_refusal(s, fmt::format("TLS handshake failed: {}; closing it", ec.message()));
+      return drop(s);
+    }
+    if (s->authenticated) {
+      disarm_frame_timer(s);
+    } else {
+      arm_frame_timer(s, options_.auth_timeout_ms, "did not authenticate in time");
+    }
+    read_header(s);
   });
 }
 
@@ -325,7 +391,7 @@ void TcpStoreServer::Impl::log_refusal(const SessionPtr& s, std::string_view rea
 void TcpStoreServer::Impl::read_header(const SessionPtr& s) {
   auto buffer = asio::buffer(s->header.data() + s->header_bytes_read,
                              s->header.size() - s->header_bytes_read);
-  s->socket.async_read_some(buffer, [this, s](error_code ec, size_t n) {
+  read_some(*s, buffer, [this, s](error_code ec, size_t n) {
     if (ec || s->closed) return drop(s);
     // The frame's clock starts with its first byte; an authenticating connection is already
     // bounded by the auth timer.
@@ -358,12 +424,11 @@ void TcpStoreServer::Impl::read_body(const SessionPtr& s) {
   if (have == s->body_bytes) return on_frame(s);
   const size_t chunk = std::min(s->body_bytes - have, kReadChunkBytes);
   s->in.resize(have + chunk);
-  s->socket.async_read_some(asio::buffer(s->in.data() + have, chunk),
-                            [this, s, have](error_code ec, size_t n) {
-                              if (ec || s->closed) return drop(s);
-                              s->in.resize(have + n);
-                              read_body(s);
-                            });
+  read_some(*s, asio::buffer(s->in.data() + have, chunk), [this, s, have](error_code ec, size_t n) {
+    if (ec || s->closed) return drop(s);
+    s->in.resize(have + n);
+    read_body(s);
+  });
 }
 
 void TcpStoreServer::Impl::on_frame(const SessionPtr& s) {
@@ -390,7 +455,7 @@ void TcpStoreServer::Impl::on_frame(const SessionPtr& s) {
 void TcpStoreServer::Impl::send(const SessionPtr& s) {
   if (s->closed) return;
   arm_frame_timer(s, options_.frame_timeout_ms, "the client did not read its reply in time");
-  asio::async_write(s->socket, asio::buffer(s->out), [this, s](error_code ec, size_t) {
+  write_all(*s, asio::buffer(s->out), [this, s](error_code ec, size_t) {
     if (ec || s->closed) return drop(s);
     disarm_frame_timer(s);
     if (s->close_after_send) return linger_then_close(s);
@@ -413,7 +478,7 @@ void TcpStoreServer::Impl::linger_then_close(const SessionPtr& s) {
 }
 
 void TcpStoreServer::Impl::discard_until_hangup(const SessionPtr& s) {
-  s->socket.async_read_some(asio::buffer(s->in), [this, s](error_code ec, size_t) {
+  read_some(*s, asio::buffer(s->in), [this, s](error_code ec, size_t) {
     if (ec || s->closed) return drop(s);
     discard_until_hangup(s);
   });

@@ -7,6 +7,8 @@
 #include <memory>
 #include <string>
 
+#include "runtime/store/store_auth.h"
+
 namespace meshrt {
 
 // Settings of a TcpStoreServer. The limits bound what one client, or a stranger who reaches the
@@ -47,6 +49,11 @@ struct TcpStoreServerOptions {
   int64_t frame_timeout_ms = 30000;
   // With a token, how long a new connection may take to authenticate before it is closed.
   int64_t auth_timeout_ms = 10000;
+  // TLS: a PEM certificate (chain) and its private key; both set turns TLS on for every
+  // connection (clients need the CA, TcpStoreOptions::tls_ca_file). Default: the files named by
+  // MESHRT_STORE_TLS_CERT and MESHRT_STORE_TLS_KEY; empty: plain TCP.
+  std::string tls_cert_file = store_env("MESHRT_STORE_TLS_CERT");
+  std::string tls_key_file = store_env("MESHRT_STORE_TLS_KEY");
   // Listen backlog: a whole job may connect at once at startup.
   int backlog = 1024;
   // Lets a restarted server bind a port still in TIME_WAIT from its predecessor.
@@ -58,7 +65,8 @@ struct TcpStoreServerOptions {
 // their keys appear or their deadline passes, so one waiting client never stalls the others.
 class TcpStoreServer {
  public:
-  // Binds and listens; throws Error(kStore) naming the address if it cannot.
+  // Binds and listens; throws Error(kStore) naming the address if it cannot, or naming the file
+  // when a TLS certificate or key cannot be loaded.
   explicit TcpStoreServer(TcpStoreServerOptions options = {});
   // Shuts down (see shutdown()).
   ~TcpStoreServer();
