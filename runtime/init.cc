@@ -290,7 +290,8 @@ std::shared_ptr<Communicator> init(const InitOptions& o) {
   if (o.backend == "mpi") ensure_mpi_initialized(o.rank);
   if (address_over_mpi && !mpi_world_on_one_node()) host = this_host_name();
 #endif
-  std::string token = o.store_token;
+  // Options built by hand still carry the job's secret when the environment has it.
+  std::string token = o.store_token.empty() ? store_token_from_env() : o.store_token;
 #if MESHRT_HAVE_MPI
   // MPI is a channel only the job's ranks share: rank 0's fresh secret travels on it safely.
   if (address_over_mpi && token.empty() && o.rank == 0) token = generate_store_token();

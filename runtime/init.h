@@ -26,8 +26,8 @@ struct InitOptions {
   std::string run_id = "default";  // Namespaces the store keys of one job.
   int attempt = 0;                 // Restart count: each attempt has its own store keys.
   bool host_store = true;          // Rank 0 hosts the store; false when a launcher does.
-  // The store's shared secret (MESHRT_STORE_TOKEN), the same on every rank; empty: no auth, or
-  // under MPI with the address sent over MPI, a fresh one rank 0 sends along with it.
+  // The store's shared secret, the same on every rank; empty: MESHRT_STORE_TOKEN, and when that
+  // is unset too, no auth (under MPI with the address sent over MPI, a fresh one from rank 0).
   std::string store_token;
   std::string gloo_iface;  // Gloo's interface ("eth0"); empty: derived from master_addr.
   // The world's backend: "gloo", "mpi" or "nccl" (see built_backends() in backend_factory.h).
