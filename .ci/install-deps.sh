@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   g++ meson ninja-build pkg-config cmake python3
   libgloo-dev libboost-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev
+  libssl-dev openssl  # the store's TLS; tests/store_test makes its certificates with openssl
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
   chromium    # tests/viewer_test loads the scope-tree viewer in headless Chromium

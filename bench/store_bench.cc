@@ -15,7 +15,12 @@ using namespace std::chrono_literals;
 
 // One server for every benchmark thread; started on first use, torn down at exit.
 TcpStoreServer& shared_server() {
-  static TcpStoreServer server;
+  // No request-rate cap: this measures the server, not its per-connection limiter.
+  static TcpStoreServer server([] {
+    TcpStoreServerOptions options;
+    options.max_requests_per_second = 0;
+    return options;
+  }());
   return server;
 }
 

@@ -17,6 +17,7 @@
 #include "launcher/summary.h"
 #include "runtime/error.h"
 #include "runtime/store/prefix_store.h"
+#include "runtime/store/store_auth.h"
 #include "trace/env.h"
 
 namespace meshrt::launcher {
@@ -107,7 +108,7 @@ bool Agent::writes_log_files() const {
 std::vector<std::string> Agent::child_env(int rank, int local_rank, int attempt) const {
   const NodeInfo& me = rendezvous_->self();
   const int world = rendezvous_->world_size();
-  const std::vector<std::pair<std::string, std::string>> vars = {
+  std::vector<std::pair<std::string, std::string>> vars = {
       {"RANK", std::to_string(rank)},
       {"LOCAL_RANK", std::to_string(local_rank)},
       {"WORLD_SIZE", std::to_string(world)},
@@ -130,6 +131,8 @@ std::vector<std::string> Agent::child_env(int rank, int local_rank, int attempt)
       {"MESHRT_LOG_DIR", run_dir_},
       {"MESHRT_DUMP_PREFIX", dump_prefix(attempt)},
   };
+  // The secret reaches the ranks only through their environment (readable by this user alone).
+  if (!store_token_.empty()) vars.emplace_back(kStoreTokenEnv, store_token_);
   // Defaults: meshrun's own environment wins over these.
   std::vector<std::pair<std::string, std::string>> defaults;
   if (set_omp_threads_) defaults.emplace_back("OMP_NUM_THREADS", "1");
@@ -215,7 +218,17 @@ int Agent::run_job() {
     r.local_addr = options_.local_addr;
     r.timeout = options_.rdzv_timeout;
     r.should_stop = [] { return interrupt_count() > 0; };
+    // One node: a fresh secret per job. Several: each agent needs the same one, which only the
+    // user can hand them all, so it must come from the environment.
+    store_token_ = store_token_from_env();
+    if (store_token_.empty() && options_.nnodes == 1) store_token_ = generate_store_token();
+    r.token = store_token_;
     rendezvous_ = std::make_unique<Rendezvous>(std::move(r));
+    if (store_token_.empty() && rendezvous_->hosts_reachable_store()) {
+      say("warning: the job's store at {}:{} is reachable from other hosts and has no token: "
+          "anyone who reaches it can stop the job; set {} to the same secret on every node",
+          rendezvous_->store_host(), rendezvous_->store_port(), kStoreTokenEnv);
+    }
 
     for (int attempt = 0;; ++attempt) {
       outcome = run_attempt(attempt);

@@ -59,7 +59,8 @@ class Agent {
   bool writes_log_files() const;
 
   LaunchOptions options_;
-  std::string run_dir_;  // --log-dir, or a fresh directory under /tmp.
+  std::string run_dir_;      // --log-dir, or a fresh directory under /tmp.
+  std::string store_token_;  // The job's store secret, handed to the ranks; empty: none.
   bool temp_run_dir_ = false;
   std::string report_dir_;        // --report, absolute; empty without it.
   bool set_omp_threads_ = false;  // The ranks get OMP_NUM_THREADS=1 (torchrun's default).

@@ -35,7 +35,9 @@ ranks share: MESHRT_STORE_EXTERNAL=1), MESHRT_RUN_ID, MESHRT_RESTART_COUNT (atte
 also the TORCHELASTIC_* names), TORCHELASTIC_ERROR_FILE=<log dir>/attempt_<n>/error_<r>.json
 (where an uncaught exception is written), MESHRT_LAUNCHER=meshrun, MESHRT_LOG_DIR,
 MESHRT_DUMP_PREFIX=<log dir>/attempt_<n>/fr_trace_ (unless set), OMP_NUM_THREADS=1 (unless set,
-with more than one rank per node); the rest of meshrun's environment is passed on.
+with more than one rank per node), MESHRT_STORE_TOKEN (the store's secret: meshrun's own if set,
+else a fresh one per job on one node; several nodes need it set, the same, on every node); the
+rest of meshrun's environment is passed on. One node's store listens on 127.0.0.1 only.
 
 Output: each line a rank prints is shown as "[rank<r>]: <line>" (meshrt's own log lines, which
 name their rank, as they are); with --log-dir it goes to <log dir>/attempt_<n>/rank_<r>.log

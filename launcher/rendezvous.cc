@@ -45,11 +45,14 @@ Rendezvous::Rendezvous(RendezvousOptions options) : options_(std::move(options))
 Rendezvous::~Rendezvous() = default;
 
 void Rendezvous::host_or_connect() {
+  // One node: every client is on this host, so nothing else needs to reach the store.
+  if (options_.nnodes == 1) options_.host = "127.0.0.1";
   const bool must_host = options_.node_rank == 0 || options_.nnodes == 1;
   if (must_host || options_.node_rank < 0) {
     TcpStoreServerOptions so;
     so.host = options_.host;
     so.port = options_.port;
+    so.token = options_.token;
     try {
       server_ = std::make_unique<TcpStoreServer>(so);
     } catch (const Error& e) {
@@ -63,6 +66,7 @@ void Rendezvous::host_or_connect() {
   }
   port_ = server_ ? server_->port() : options_.port;
   const auto deadline = Clock::now() + options_.timeout;
+  std::string last_error;
   for (;;) {
     TcpStoreOptions co;
     co.host = options_.host;
@@ -70,19 +74,22 @@ void Rendezvous::host_or_connect() {
     co.connect_timeout = std::min<milliseconds>(
         kConnectSlice, std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
     co.timeout = options_.timeout;
+    co.token = options_.token;
     try {
       client_ = std::make_shared<TcpStore>(co);
       return;
     } catch (const Error& e) {
       if (e.code() != ErrorCode::kTimeout) throw;
+      last_error = e.detail();
     }
     if (options_.should_stop && options_.should_stop()) {
       throw Error(ErrorCode::kAborted, context(), "interrupted while connecting to the store");
     }
     if (Clock::now() >= deadline) {
       throw Error(ErrorCode::kTimeout, context(),
-                  fmt::format("no store at {}:{} within {}: is node 0's meshrun running there?",
-                              options_.host, port_, seconds(options_.timeout)));
+                  fmt::format("no store at {}:{} within {}: is node 0's meshrun running there? "
+                              "(last: {})",
+                              options_.host, port_, seconds(options_.timeout), last_error));
     }
   }
 }

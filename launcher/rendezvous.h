@@ -16,9 +16,10 @@ namespace meshrt::launcher {
 
 // What one agent brings to the rendezvous.
 struct RendezvousOptions {
-  std::string host;    // Node 0's address; its agent serves the store there.
+  std::string host;    // Node 0's address; its agent serves the store there (one node: loopback).
   uint16_t port = 0;   // 0 (one node only): node 0 picks a free port.
   std::string run_id;  // Store keys live under "meshrun/<run_id>/".
+  std::string token;   // The store's shared secret (MESHRT_STORE_TOKEN); empty: none.
   int nnodes = 1;
   int node_rank = -1;      // -1: assigned (the agent that manages to host the store is node 0).
   int nproc = 1;           // Ranks this agent starts.
@@ -64,6 +65,8 @@ class Rendezvous {
   // Where the store is served: the ranks get this as MASTER_ADDR/MASTER_PORT.
   const std::string& store_host() const { return options_.host; }
   uint16_t store_port() const { return port_; }
+  // Whether this agent hosts the store on an address other hosts can reach.
+  bool hosts_reachable_store() const { return server_ && !server_->is_loopback(); }
   // The connection to the store, without a prefix.
   const std::shared_ptr<Store>& client() const { return client_; }
   // The launcher's namespace, "meshrun/<run_id>/".

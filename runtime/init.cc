@@ -21,6 +21,7 @@
 #include "runtime/error.h"
 #include "runtime/error_file.h"
 #include "runtime/store/prefix_store.h"
+#include "runtime/store/store_auth.h"
 #include "runtime/store/tcp_store.h"
 #include "runtime/store/tcp_store_server.h"
 #include "runtime/straggler_exchange.h"
@@ -146,6 +147,7 @@ InitOptions read_init_options() {
   if (auto i = trace::env::get({"MESHRT_GLOO_IFNAME", "GLOO_SOCKET_IFNAME"})) o.gloo_iface = *i;
   if (auto t = trace::env::get_ms({"MESHRT_TIMEOUT_MS"}, 1)) o.timeout = *t;
   if (auto t = trace::env::get_ms({"MESHRT_INIT_TIMEOUT_MS"}, 1)) o.init_timeout = *t;
+  o.store_token = store_token_from_env();
   return o;
 }
 
@@ -288,12 +290,25 @@ std::shared_ptr<Communicator> init(const InitOptions& o) {
   if (o.backend == "mpi") ensure_mpi_initialized(o.rank);
   if (address_over_mpi && !mpi_world_on_one_node()) host = this_host_name();
 #endif
+  // Options built by hand still carry the job's secret when the environment has it.
+  std::string token = o.store_token.empty() ? store_token_from_env() : o.store_token;
+#if MESHRT_HAVE_MPI
+  // MPI is a channel only the job's ranks share: rank 0's fresh secret travels on it safely.
+  if (address_over_mpi && token.empty() && o.rank == 0) token = generate_store_token();
+#endif
   if (o.rank == 0 && o.host_store) {
     TcpStoreServerOptions so;
     so.host = host;
     so.port = port;
+    so.token = token;
     resources->server = std::make_unique<TcpStoreServer>(so);
     port = resources->server->port();
+    if (token.empty() && !resources->server->is_loopback()) {
+      log().warn(
+          "the store at {} is reachable from other hosts and has no token: anyone who "
+          "reaches it can stop the job; set {} to the same secret on every rank",
+          resources->server->address(), kStoreTokenEnv);
+    }
   }
 #if MESHRT_HAVE_MPI
   if (address_over_mpi) {
@@ -301,6 +316,7 @@ std::shared_ptr<Communicator> init(const InitOptions& o) {
     const size_t colon = where.rfind(':');
     host = where.substr(0, colon);
     port = static_cast<uint16_t>(std::stoi(where.substr(colon + 1)));
+    token = mpi_broadcast_from_rank0(token);
   }
 #endif
   if (port == 0) {
@@ -312,6 +328,7 @@ std::shared_ptr<Communicator> init(const InitOptions& o) {
   co.port = port;
   co.connect_timeout = o.init_timeout;
   co.timeout = o.init_timeout;
+  co.token = token;
   auto client = std::make_shared<TcpStore>(co);
   const std::string prefix = fmt::format("meshrt/{}/{}", o.run_id, o.attempt);
   resources->store = std::make_shared<PrefixStore>(prefix, client);

@@ -26,7 +26,10 @@ struct InitOptions {
   std::string run_id = "default";  // Namespaces the store keys of one job.
   int attempt = 0;                 // Restart count: each attempt has its own store keys.
   bool host_store = true;          // Rank 0 hosts the store; false when a launcher does.
-  std::string gloo_iface;          // Gloo's interface ("eth0"); empty: derived from master_addr.
+  // The store's shared secret, the same on every rank; empty: MESHRT_STORE_TOKEN, and when that
+  // is unset too, no auth (under MPI with the address sent over MPI, a fresh one from rank 0).
+  std::string store_token;
+  std::string gloo_iface;  // Gloo's interface ("eth0"); empty: derived from master_addr.
   // The world's backend: "gloo", "mpi" or "nccl" (see built_backends() in backend_factory.h).
   // From the environment: MESHRT_BACKEND, else "mpi" under mpirun/srun when MPI is built in.
   std::string backend = "gloo";
@@ -47,7 +50,8 @@ struct InitOptions {
 // default; neither under mpirun/srun with the MPI backend, which is then the default),
 // MESHRT_RUN_ID (or TORCHELASTIC_RUN_ID), MESHRT_RESTART_COUNT (or TORCHELASTIC_RESTART_COUNT),
 // MESHRT_EXIT_TIMEOUT_MS, MESHRT_STORE_EXTERNAL=1 (a launcher hosts the store), MESHRT_GLOO_IFNAME
-// (or GLOO_SOCKET_IFNAME), MESHRT_BACKEND, MESHRT_TIMEOUT_MS and MESHRT_INIT_TIMEOUT_MS. A missing
+// (or GLOO_SOCKET_IFNAME), MESHRT_BACKEND, MESHRT_TIMEOUT_MS, MESHRT_INIT_TIMEOUT_MS and
+// MESHRT_STORE_TOKEN. A missing
 // or inconsistent value throws Error(kInvalidArgument) listing what was found and what is needed.
 InitOptions init_options_from_env();
 

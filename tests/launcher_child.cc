@@ -5,6 +5,9 @@
 //   env             a stdout line with the launcher's variables
 //   getenv=A,B      a stdout line "getenv A=<value> B=<value>" (unset: "A=<unset>")
 //   world           meshrt::init(), all_reduce of rank+1 (checked: n(n+1)/2), barrier
+//   token           a stdout line "token length=<n> hex=<yes|no>" about MESHRT_STORE_TOKEN
+//   stranger        as a stranger would: reach MASTER_ADDR:MASTER_PORT with no token and try a
+//                   set; prints "stranger refused: <error>" or "stranger accepted"
 //   exit=N          exit with status N; exit-below-attempt=K: exit 1 in attempts below K
 //   throw=TEXT      throw std::runtime_error(TEXT) out of main: std::terminate (no core file)
 //   signal=N        die by signal N (no core file)
@@ -164,6 +167,26 @@ int run_step(const std::string& name, const std::string& value, int rank) {
       start = comma + 1;
     }
     return line(stdout, text), 0;
+  }
+  if (name == "token") {
+    const std::string token = env("MESHRT_STORE_TOKEN");
+    const bool hex = token.find_first_not_of("0123456789abcdef") == std::string::npos;
+    return line(stdout, fmt::format("token length={} hex={}", token.size(), hex ? "yes" : "no")), 0;
+  }
+  if (name == "stranger") {
+    meshrt::TcpStoreOptions o;
+    o.host = env("MASTER_ADDR");
+    o.port = static_cast<uint16_t>(env_int("MASTER_PORT"));
+    o.timeout = std::chrono::seconds(10);
+    o.token.clear();
+    try {
+      meshrt::TcpStore store(o);
+      store.set("meshrt/stranger", "was here");
+      line(stdout, "stranger accepted");
+    } catch (const meshrt::Error& e) {
+      line(stdout, fmt::format("stranger refused: {}", e.what()));
+    }
+    return 0;
   }
   if (name == "world") {
     auto world = meshrt::init();

@@ -254,6 +254,81 @@ TEST(Meshrun, OneNodeFourRanksGetTheirEnvironmentAndInitTheWorld) {
   }
 }
 
+TEST(Meshrun, RanksGetAFreshStoreTokenAndAStrangerIsRefused) {
+  const auto r = run_meshrun({"--standalone", "--nproc-per-node", "2", MESHRT_LAUNCHER_CHILD,
+                              "token", "stranger", "world", "getenv=MASTER_ADDR"},
+                             60s, kInitEnv);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_TRUE(contains(r.out, fmt::format("[rank{}]: token length=64 hex=yes\n", rank))) << r.out;
+    EXPECT_TRUE(contains(r.out, fmt::format("[rank{}]: stranger refused: ", rank))) << r.out;
+    EXPECT_TRUE(contains(r.out, fmt::format("[rank{}]: world ok rank={}", rank, rank))) << r.out;
+    // One node: the store listens on loopback only.
+    EXPECT_TRUE(contains(r.out, fmt::format("[rank{}]: getenv MASTER_ADDR=127.0.0.1\n", rank)))
+        << r.out;
+  }
+  EXPECT_TRUE(contains(r.out, "authentication refused")) << r.out;
+  EXPECT_FALSE(contains(r.out, "stranger accepted")) << r.out;
+
+  // A token the user set is the one the ranks get (several nodes need one they all share).
+  const std::string mine(64, 'a');
+  auto env = kInitEnv;
+  env["MESHRT_STORE_TOKEN"] = mine;
+  const auto given = run_meshrun({"--standalone", "--nproc-per-node", "2", MESHRT_LAUNCHER_CHILD,
+                                  "getenv=MESHRT_STORE_TOKEN", "world"},
+                                 60s, env);
+  ASSERT_EQ(given.exit_code, 0) << given.out << given.err;
+  EXPECT_TRUE(contains(given.out, "[rank1]: getenv MESHRT_STORE_TOKEN=" + mine + "\n"))
+      << given.out;
+}
+
+TEST(Meshrun, StoreOverTlsWhenTheEnvironmentNamesTheFiles) {
+  TempDir dir;
+  const std::string cert = dir.path() + "/store.pem", key = dir.path() + "/store.key";
+  ASSERT_EQ(std::system(fmt::format("openssl req -x509 -newkey ec -pkeyopt "
+                                    "ec_paramgen_curve:prime256v1 -nodes -days 1 -subj /CN=store "
+                                    "-addext subjectAltName=IP:127.0.0.1 -keyout {} -out {} "
+                                    ">/dev/null 2>&1",
+                                    key, cert)
+                            .c_str()),
+            0);
+  auto env = kInitEnv;
+  env["MESHRT_STORE_TLS_CERT"] = cert;
+  env["MESHRT_STORE_TLS_KEY"] = key;
+  env["MESHRT_STORE_TLS_CA"] = cert;
+  const auto r = run_meshrun(
+      {"--standalone", "--nproc-per-node", "2", MESHRT_LAUNCHER_CHILD, "stranger", "world"}, 60s,
+      env);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_TRUE(contains(r.out, fmt::format("[rank{}]: world ok rank={}", rank, rank))) << r.out;
+    // The stranger has the CA (it inherits the variable) but not the token.
+    EXPECT_TRUE(contains(r.out, fmt::format("[rank{}]: stranger refused: ", rank))) << r.out;
+  }
+  // Without the CA, even meshrun's own client cannot join: every connection ends in the
+  // handshake, and the error says so.
+  env.erase("MESHRT_STORE_TLS_CA");
+  const auto plain = run_meshrun({"--standalone", "--rdzv-timeout", "2", "--nproc-per-node", "1",
+                                  MESHRT_LAUNCHER_CHILD, "world"},
+                                 30s, env);
+  EXPECT_NE(plain.exit_code, 0) << plain.out << plain.err;
+  EXPECT_TRUE(contains(plain.out + plain.err, "does it expect TLS")) << plain.out << plain.err;
+}
+
+TEST(InitWithoutLauncher, RankZerosStoreTakesTheTokenAndRefusesAStranger) {
+  // torchrun's environment without MESHRT_STORE_EXTERNAL: rank 0 hosts the store in init().
+  auto env = kInitEnv;
+  env["MESHRT_STORE_TOKEN"] = std::string(64, 'b');
+  const auto results = run_ranks({MESHRT_LAUNCHER_CHILD, "stranger@1", "world"}, 2, 60s, env);
+  for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << describe(results);
+  EXPECT_TRUE(contains(results[0].output, "world ok rank=0 size=2")) << describe(results);
+  EXPECT_TRUE(contains(results[1].output, "stranger refused: ")) << describe(results);
+  EXPECT_TRUE(contains(results[1].output, "authentication refused")) << describe(results);
+  // The refusal is logged by the store's host, naming the peer but not the secret.
+  EXPECT_TRUE(contains(results[0].output, "authentication refused")) << describe(results);
+  EXPECT_FALSE(contains(results[0].output, std::string(64, 'b'))) << describe(results);
+}
+
 TEST(Meshrun, LogDirWithoutTeeSendsOutputToFilesOnly) {
   TempDir logs;
   // OMP_NUM_THREADS set: no notice that meshrun sets it.

@@ -1,11 +1,21 @@
 // Tests of TcpStoreServer, TcpStore, PrefixStore and the store wire format, all on 127.0.0.1
 // with short timeouts so the whole file runs in a few seconds.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <malloc.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
 #include <future>
 #include <memory>
 #include <numeric>
@@ -24,6 +34,7 @@
 #include "runtime/error.h"
 #include "runtime/store/prefix_store.h"
 #include "runtime/store/store.h"
+#include "runtime/store/store_auth.h"
 #include "runtime/store/store_protocol.h"
 #include "runtime/store/tcp_store.h"
 #include "runtime/store/tcp_store_server.h"
@@ -386,7 +397,7 @@ TEST(TcpStoreTest, OversizedKeyAndValueAreRejectedAndConnectionStaysUsable) {
   EXPECT_EQ(store->get("ok_key").size(), 1024u);
 }
 
-TEST(TcpStoreTest, OversizedRequestIsDrainedAndConnectionStaysUsable) {
+TEST(TcpStoreTest, OversizedRequestIsRefusedAndTheClientReconnects) {
   TcpStoreServerOptions options;
   options.max_request_bytes = 4096;
   TcpStoreServer server(options);
@@ -395,7 +406,8 @@ TEST(TcpStoreTest, OversizedRequestIsDrainedAndConnectionStaysUsable) {
   const Error e = expect_error([&] { store->set("huge", huge); });
   EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
   EXPECT_TRUE(Contains(e.what(), "max_request_bytes 4096"));
-  EXPECT_TRUE(Contains(e.what(), "set request"));
+  EXPECT_TRUE(Contains(e.what(), "300013 bytes"));
+  // The server closed that connection; the next call is served on a new one.
   store->set("small", "s");
   EXPECT_EQ(to_string(store->get("small")), "s");
   EXPECT_FALSE(store->check(std::vector<std::string>{"huge"}));
@@ -506,6 +518,11 @@ class RawConnection {
   // Sends `body` as one frame and returns the reply's status byte and payload.
   std::pair<store_protocol::Status, std::string> call(const std::vector<char>& frame) {
     send(frame);
+    return read_reply();
+  }
+
+  // Reads one reply frame: its status byte and the rest of its body.
+  std::pair<store_protocol::Status, std::string> read_reply() {
     std::array<char, store_protocol::kFrameHeaderBytes> header;
     boost::asio::read(socket_, boost::asio::buffer(header));
     std::string body(store_protocol::decode_u32(header.data()), '\0');
@@ -517,41 +534,67 @@ class RawConnection {
     boost::asio::write(socket_, boost::asio::buffer(frame));
   }
 
+  // Whether the server closes the connection within `limit`: reads (and drops) what arrives
+  // until EOF or a reset.
+  bool closed_within(std::chrono::milliseconds limit) {
+    const auto deadline = Clock::now() + limit;
+    for (;;) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) return false;
+      pollfd p{socket_.native_handle(), POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+      char buffer[4096];
+      const ssize_t n = ::recv(socket_.native_handle(), buffer, sizeof(buffer), 0);
+      if (n <= 0) return true;
+    }
+  }
+
+  // Stops sending (the client half-closes) but keeps reading.
+  void half_close() { socket_.shutdown(boost::asio::ip::tcp::socket::shutdown_send); }
+
  private:
   boost::asio::io_context io_;
   boost::asio::ip::tcp::socket socket_;
 };
 
-TEST(TcpStoreServerTest, MalformedRequestsGetErrorRepliesAndHangupsAreHandled) {
+TEST(TcpStoreServerTest, MalformedRequestsGetAReplyThenTheirConnectionIsClosed) {
   using store_protocol::Command;
   using store_protocol::Status;
   TcpStoreServer server;
-  RawConnection raw(server.port());
+  auto bystander = connect(server);
+  bystander->set("before", "1");
   std::vector<char> frame;
 
-  store_protocol::FrameWriter unknown(frame);
-  unknown.u8(99);
-  unknown.finish();
-  auto [status, message] = raw.call(frame);
-  EXPECT_EQ(status, Status::kInvalidArgument);
-  EXPECT_TRUE(Contains(message, "unknown command 99"));
-
-  store_protocol::FrameWriter truncated(frame);
-  truncated.u8(static_cast<uint8_t>(Command::kSet));
-  truncated.u32(100);  // Claims a 100-byte key, sends 3 bytes.
-  truncated.u8('a');
-  truncated.u8('b');
-  truncated.u8('c');
-  truncated.finish();
-  std::tie(status, message) = raw.call(frame);
-  EXPECT_EQ(status, Status::kError);
-  EXPECT_TRUE(Contains(message, "malformed"));
-
-  store_protocol::FrameWriter ping(frame);
-  ping.u8(static_cast<uint8_t>(Command::kPing));
-  ping.finish();
-  EXPECT_EQ(raw.call(frame).first, Status::kOk);
-
+  {
+    RawConnection raw(server.port());
+    store_protocol::FrameWriter unknown(frame);
+    unknown.u8(99);
+    unknown.finish();
+    auto [status, message] = raw.call(frame);
+    EXPECT_EQ(status, Status::kInvalidArgument);
+    EXPECT_TRUE(Contains(message, "unknown command 99"));
+    EXPECT_TRUE(raw.closed_within(2000ms));
+  }
+  {
+    RawConnection raw(server.port());
+    store_protocol::FrameWriter truncated(frame);
+    truncated.u8(static_cast<uint8_t>(Command::kSet));
+    truncated.u32(100);  // Claims a 100-byte key, sends 3 bytes.
+    truncated.u8('a');
+    truncated.u8('b');
+    truncated.u8('c');
+    truncated.finish();
+    auto [status, message] = raw.call(frame);
+    EXPECT_EQ(status, Status::kError);
+    EXPECT_TRUE(Contains(message, "malformed"));
+    EXPECT_TRUE(raw.closed_within(2000ms));
+  }
+  {
+    RawConnection raw(server.port());
+    raw.send({0, 0, 0, 0});  // An empty frame has no command byte.
+    EXPECT_TRUE(raw.closed_within(2000ms));
+  }
   {
     // A client that parks a get and hangs up must not disturb anyone else.
     RawConnection quitter(server.port());
@@ -564,10 +607,11 @@ TEST(TcpStoreServerTest, MalformedRequestsGetErrorRepliesAndHangupsAreHandled) {
     std::this_thread::sleep_for(50ms);
   }
   std::this_thread::sleep_for(50ms);
-  auto store = connect(server);
-  store->set("parked", "v");
-  EXPECT_EQ(to_string(store->get("parked")), "v");
-  store->ping();
+  // The bystander's connection was never touched.
+  EXPECT_EQ(to_string(bystander->get("before")), "1");
+  bystander->set("parked", "v");
+  EXPECT_EQ(to_string(bystander->get("parked")), "v");
+  bystander->ping();
 }
 
 TEST(PrefixStoreTest, IsolatesNamespacesOnOneServer) {
@@ -662,6 +706,602 @@ TEST(StoreProtocolTest, QuoteKeyEscapesAndShortens) {
   EXPECT_TRUE(Contains(store_protocol::quote_key(std::string(1000, 'k')), "(1000 bytes)"));
   const std::vector<std::string> keys = {"a", "b"};
   EXPECT_EQ(store_protocol::describe_keys(keys), "keys ['a', 'b']");
+}
+
+// ---- Authentication, limits and load (issue #16). ----
+
+constexpr std::string_view kToken =
+    "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+// This process's resident set (the in-process server's memory among it), from /proc.
+size_t rss_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  }
+  ADD_FAILURE() << "no VmRSS in /proc/self/status";
+  return 0;
+}
+
+// Bytes malloc has handed out and not had back, over every thread's arena: unlike RSS, not
+// hidden by memory that earlier tests freed and this one reuses.
+size_t heap_in_use_bytes() {
+  const struct mallinfo2 info = ::mallinfo2();
+  return info.uordblks + info.hblkhd;
+}
+
+double mib(size_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+double mib_delta(size_t after, size_t before) {
+  return (static_cast<double>(after) - static_cast<double>(before)) / (1 << 20);
+}
+
+TcpStoreServerOptions with_token() {
+  TcpStoreServerOptions options;
+  options.token = std::string(kToken);
+  return options;
+}
+
+TcpStoreOptions client_with_token(uint16_t port, std::string token) {
+  TcpStoreOptions options = client_options(port);
+  options.token = std::move(token);
+  return options;
+}
+
+// Polls `done` every 5 ms for up to `limit`; returns whether it became true.
+template <typename Fn>
+bool eventually(Fn&& done, std::chrono::milliseconds limit) {
+  const auto deadline = Clock::now() + limit;
+  while (!done()) {
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
+std::vector<char> frame_of(store_protocol::Command command,
+                           const std::function<void(store_protocol::FrameWriter&)>& args) {
+  std::vector<char> frame;
+  store_protocol::FrameWriter w(frame);
+  w.u8(static_cast<uint8_t>(command));
+  args(w);
+  w.finish();
+  return frame;
+}
+
+TEST(StoreAuthTest, ConstantTimeEqualIsPlainEquality) {
+  EXPECT_TRUE(constant_time_equal("", ""));
+  EXPECT_TRUE(constant_time_equal(kToken, std::string(kToken)));
+  EXPECT_TRUE(constant_time_equal(std::string("a\0b", 3), std::string("a\0b", 3)));
+  std::string last = std::string(kToken);
+  last.back() = 'x';
+  std::string first = std::string(kToken);
+  first.front() = 'x';
+  EXPECT_FALSE(constant_time_equal(kToken, last));
+  EXPECT_FALSE(constant_time_equal(kToken, first));
+  EXPECT_FALSE(constant_time_equal(kToken, kToken.substr(0, 63)));  // A prefix.
+  EXPECT_FALSE(constant_time_equal(kToken.substr(0, 63), kToken));
+  EXPECT_FALSE(constant_time_equal(kToken, ""));
+  EXPECT_FALSE(constant_time_equal("", kToken));
+  EXPECT_FALSE(constant_time_equal(std::string("a\0", 2), "a"));
+  // Bytes that differ only in their high bit.
+  EXPECT_FALSE(constant_time_equal("\x80", "\x00"));
+}
+
+TEST(StoreAuthTest, GeneratedTokensAre64HexDigitsAndFresh) {
+  const std::string a = generate_store_token();
+  const std::string b = generate_store_token();
+  EXPECT_EQ(a.size(), 64u);
+  EXPECT_EQ(a.find_first_not_of("0123456789abcdef"), std::string::npos) << a;
+  EXPECT_NE(a, b);
+}
+
+TEST(StoreAuthTest, WrongOrMissingTokenIsRefusedAndTheStoreIsUnchanged) {
+  TcpStoreServer server(with_token());
+  const auto start = Clock::now();
+
+  // A wrong token: the constructor's handshake fails at once, naming the address.
+  std::string wrong(kToken);
+  wrong[10] = 'z';
+  Error e = expect_error([&] { TcpStore store(client_with_token(server.port(), wrong)); });
+  EXPECT_EQ(e.code(), ErrorCode::kStore);
+  EXPECT_TRUE(Contains(e.what(), "authentication refused"));
+  EXPECT_TRUE(Contains(e.what(), server.address()));
+  EXPECT_TRUE(Contains(e.what(), "wrong token"));
+  EXPECT_FALSE(Contains(e.what(), kToken));
+
+  // No token: the first request is refused.
+  TcpStore anonymous(client_with_token(server.port(), ""));
+  e = expect_error([&] { anonymous.set("intruder", "x"); });
+  EXPECT_EQ(e.code(), ErrorCode::kStore);
+  EXPECT_TRUE(Contains(e.what(), "authentication refused"));
+  EXPECT_TRUE(Contains(e.what(), server.address()));
+  EXPECT_TRUE(Contains(e.what(), "no token"));
+  // And again on the reconnect the next call makes.
+  EXPECT_EQ(expect_error([&] { anonymous.add("intruder", 1); }).code(), ErrorCode::kStore);
+
+  // Raw frames: a request before auth, a malformed auth, an oversized first frame.
+  using store_protocol::Command;
+  using store_protocol::Status;
+  const std::vector<std::vector<char>> firsts = {
+      frame_of(Command::kSet,
+               [](auto& w) {
+                 w.bytes(std::string_view("intruder"));
+                 w.bytes(std::string_view("x"));
+               }),
+      frame_of(Command::kMultiSet, [](auto& w) { w.u32(1); }),
+      frame_of(Command::kAuth, [](auto& w) { w.u32(500); }),
+      frame_of(Command::kAuth, [&](auto& w) { w.bytes(wrong); }),
+  };
+  for (const auto& first : firsts) {
+    RawConnection raw(server.port());
+    auto [status, message] = raw.call(first);
+    EXPECT_EQ(status, Status::kUnauthenticated) << message;
+    EXPECT_TRUE(Contains(message, "authentication refused"));
+    EXPECT_TRUE(raw.closed_within(2000ms));
+  }
+  {
+    RawConnection raw(server.port());
+    raw.send({0x00, 0x00, 0x00, 0x10});  // A 256 MiB first frame: refused from its header.
+    EXPECT_TRUE(raw.closed_within(2000ms));
+  }
+  EXPECT_LT(elapsed_ms(start), 3000);
+
+  TcpStore member(client_with_token(server.port(), std::string(kToken)));
+  EXPECT_EQ(member.num_keys(), 0);
+  EXPECT_FALSE(member.check(std::vector<std::string>{"intruder"}));
+}
+
+TEST(StoreAuthTest, RightTokenWorksAndEveryReconnectAuthenticates) {
+  TcpStoreServerOptions options = with_token();
+  options.max_key_bytes = 16;
+  TcpStoreServer server(options);
+  TcpStore store(client_with_token(server.port(), std::string(kToken)));
+  store.set("k", "v");
+  EXPECT_EQ(to_string(store.get("k")), "v");
+  // An error reply drops the connection; the next call reconnects and authenticates again.
+  EXPECT_EQ(expect_error([&] { store.set(std::string(100, 'k'), "v"); }).code(),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(store.add("n", 2), 2);
+  EXPECT_EQ(store.num_keys(), 2);
+  // A client with a token also works against a server without one.
+  TcpStoreServer open_server;
+  TcpStore client(client_with_token(open_server.port(), std::string(kToken)));
+  client.set("k", "v");
+  EXPECT_EQ(to_string(client.get("k")), "v");
+}
+
+TEST(StoreAuthTest, AConnectionThatNeverAuthenticatesIsClosedAfterAuthTimeout) {
+  TcpStoreServerOptions options = with_token();
+  options.auth_timeout_ms = 300;
+  TcpStoreServer server(options);
+  RawConnection silent(server.port());
+  const auto start = Clock::now();
+  EXPECT_TRUE(silent.closed_within(3000ms));
+  EXPECT_GE(elapsed_ms(start), 250);
+  EXPECT_TRUE(eventually([&] { return server.client_count() == 0; }, 1000ms));
+}
+
+TEST(StoreLimitsTest, HeaderClaiming256MiBAllocatesNothingAndTimesOut) {
+  TcpStoreServerOptions options;
+  options.frame_timeout_ms = 400;
+  TcpStoreServer server(options);
+  auto bystander = connect(server);
+  bystander->set("k", "v");
+  RawConnection raw(server.port());
+  const size_t before = rss_bytes();
+  const size_t heap_before = heap_in_use_bytes();
+  // 256 MiB exactly (within max_request_bytes), then one byte of it: a set command.
+  raw.send({0x00, 0x00, 0x00, 0x10, static_cast<char>(store_protocol::Command::kSet)});
+  const auto start = Clock::now();
+  std::this_thread::sleep_for(150ms);
+  const size_t during = rss_bytes();
+  const size_t heap_during = heap_in_use_bytes();
+  // The frame started and stalled: the server closes it after frame_timeout_ms.
+  EXPECT_TRUE(raw.closed_within(3000ms));
+  const int64_t closed_after_ms = elapsed_ms(start);
+  EXPECT_GE(closed_after_ms, 350);
+  EXPECT_LT(closed_after_ms, 2000);
+  // A buffer sized from the header would have added 256 MiB; the bytes that came are one.
+  EXPECT_LT(mib_delta(during, before), 8.0)
+      << "RSS before " << mib(before) << " MiB, during " << mib(during) << " MiB";
+  EXPECT_LT(mib_delta(heap_during, heap_before), 1.0);
+  std::printf(
+      "256 MiB header: RSS %.1f MiB before, %.1f MiB while the frame was open; heap in "
+      "use %+.3f MiB; closed after %lld ms\n",
+      mib(before), mib(during), mib_delta(heap_during, heap_before),
+      static_cast<long long>(closed_after_ms));
+  // A client idle between frames is not timed out: the bystander waited all along.
+  EXPECT_EQ(to_string(bystander->get("k")), "v");
+}
+
+TEST(StoreLimitsTest, HalfClosedClientWithAParkedWaitIsNoticedAtOnce) {
+  using store_protocol::Command;
+  TcpStoreServer server;
+  for (const Command command : {Command::kGet, Command::kWait}) {
+    RawConnection raw(server.port());
+    raw.send(frame_of(command, [&](auto& w) {
+      w.i64(60000);
+      if (command == Command::kWait) w.u32(1);
+      w.bytes(std::string_view("never"));
+    }));
+    ASSERT_TRUE(eventually([&] { return server.client_count() == 1; }, 1000ms));
+    std::this_thread::sleep_for(50ms);  // Parked by now.
+    const auto start = Clock::now();
+    raw.half_close();
+    EXPECT_TRUE(eventually([&] { return server.client_count() == 0; }, 1000ms))
+        << store_protocol::command_name(command);
+    EXPECT_LT(elapsed_ms(start), 500);
+  }
+  auto store = connect(server);
+  store->set("never", "set at last");  // Nobody is left waiting for it.
+  EXPECT_EQ(server.client_count(), 1u);
+}
+
+TEST(StoreLimitsTest, TotalBytesAndKeysAreCappedWithCleanErrors) {
+  TcpStoreServerOptions options;
+  options.max_total_bytes = 1000;
+  options.max_keys = 3;
+  TcpStoreServer server(options);
+  auto store = connect(server);
+  store->set("a", std::string(600, 'a'));
+  Error e = expect_error([&] { store->set("b", std::string(600, 'b')); });
+  EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(e.what(), "max_total_bytes 1000"));
+  EXPECT_TRUE(Contains(e.what(), "'b'"));
+  EXPECT_FALSE(store->check(std::vector<std::string>{"b"}));
+  store->set("a", std::string(990, 'a'));  // Replacing counts only the difference: 991 bytes.
+  EXPECT_EQ(
+      expect_error([&] { store->compare_set("b", {}, as_bytes(std::string(20, 'b'))); }).code(),
+      ErrorCode::kInvalidArgument);
+  EXPECT_TRUE(store->delete_key("a"));
+  store->set("b", std::string(600, 'b'));  // Deleting gave the room back.
+
+  store->set("c", "1");
+  EXPECT_EQ(store->add("d", 1), 1);  // Three keys: b, c, d.
+  e = expect_error([&] { store->set("e", "1"); });
+  EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(e.what(), "max_keys 3"));
+  EXPECT_EQ(expect_error([&] { store->add("e", 1); }).code(), ErrorCode::kInvalidArgument);
+  const std::vector<std::string> keys = {"c", "e"};
+  EXPECT_EQ(expect_error([&] {
+              store->multi_set(keys, std::vector<Bytes>{bytes_of("2"), bytes_of("2")});
+            }).code(),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(to_string(store->get("c")), "1");  // The refused multi_set wrote nothing.
+  EXPECT_EQ(store->add("d", 1), 2);            // Existing keys still change.
+  EXPECT_EQ(store->num_keys(), 3);
+}
+
+TEST(StoreLimitsTest, ReplyBytesAreCapped) {
+  TcpStoreServerOptions options;
+  options.max_reply_bytes = 1000;
+  TcpStoreServer server(options);
+  auto store = connect(server);
+  store->set("a", std::string(600, 'a'));
+  store->set("b", std::string(600, 'b'));
+  const std::vector<std::string> keys = {"a", "b"};
+  const Error e = expect_error([&] { store->multi_get(keys, 100ms); });
+  EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(e.what(), "max_reply_bytes 1000"));
+  EXPECT_EQ(store->get("a").size(), 600u);
+}
+
+TEST(StoreLimitsTest, ClientsOverMaxClientsAreRefusedUntilOneLeaves) {
+  TcpStoreServerOptions options;
+  options.max_clients = 2;
+  TcpStoreServer server(options);
+  auto first = connect(server);
+  auto second = connect(server);
+  first->ping();
+  second->ping();
+  TcpStore third(client_options(server.port()));  // No token: the connect itself sends nothing.
+  const Error e = expect_error([&] { third.ping(); });
+  EXPECT_EQ(e.code(), ErrorCode::kStore);
+  EXPECT_TRUE(Contains(e.what(), "max_clients 2"));
+  first.reset();
+  ASSERT_TRUE(eventually([&] { return server.client_count() <= 1; }, 1000ms));
+  third.ping();  // Reconnects into the freed slot.
+  second->ping();
+}
+
+TEST(StoreLimitsTest, RequestRateIsCappedPerConnectionBySlowingItDown) {
+  TcpStoreServerOptions options;
+  options.max_requests_per_second = 50;
+  TcpStoreServer server(options);
+  auto slowed = connect(server);
+  auto other = connect(server);
+  const auto start = Clock::now();
+  // 50 pass on the first second's burst, the next 50 at 50 per second.
+  for (int i = 0; i < 100; ++i) slowed->ping();
+  const int64_t took_ms = elapsed_ms(start);
+  EXPECT_GE(took_ms, 800);
+  EXPECT_LT(took_ms, 3000);
+  // Another connection has its own budget.
+  const auto other_start = Clock::now();
+  for (int i = 0; i < 40; ++i) other->ping();
+  EXPECT_LT(elapsed_ms(other_start), 500);
+}
+
+TEST(StoreLoadTest, Serves256ConcurrentClients) {
+  constexpr int kClients = 256;
+  TcpStoreServer server(with_token());
+  // Its own connection: a TcpStore serializes calls, and each client will be parked in a get.
+  TcpStore controller(client_with_token(server.port(), std::string(kToken)));
+
+  // The server's own share: 256 thread-less connections, authenticated and parked.
+  using store_protocol::Command;
+  const size_t raw_before = rss_bytes();
+  const size_t heap_before = heap_in_use_bytes();
+  std::vector<std::unique_ptr<RawConnection>> raws;
+  for (int i = 0; i < kClients; ++i) {
+    raws.push_back(std::make_unique<RawConnection>(server.port()));
+    EXPECT_EQ(raws.back()->call(frame_of(Command::kAuth, [](auto& w) { w.bytes(kToken); })).first,
+              store_protocol::Status::kOk);
+    raws.back()->send(frame_of(Command::kGet, [](auto& w) {
+      w.i64(20000);
+      w.bytes(std::string_view("go2"));
+    }));
+  }
+  ASSERT_TRUE(eventually([&] { return server.client_count() == kClients + 1; }, 2000ms));
+  std::this_thread::sleep_for(50ms);
+  const size_t raw_parked = rss_bytes();
+  const size_t heap_parked = heap_in_use_bytes();
+  controller.set("go2", "now");
+  for (auto& raw : raws) EXPECT_EQ(raw->read_reply().second, std::string("\x03\0\0\0now", 7));
+  // Both ends of each connection are in this process: the heap figure is an upper bound on the
+  // server's share.
+  std::printf(
+      "256 parked raw connections: RSS %.1f MiB before, %.1f MiB parked; heap in use "
+      "%+.2f MiB (%.1f KiB a connection, both ends)\n",
+      mib(raw_before), mib(raw_parked), mib_delta(heap_parked, heap_before),
+      (static_cast<double>(heap_parked) - static_cast<double>(heap_before)) / 1024 / kClients);
+  EXPECT_LT(mib_delta(raw_parked, raw_before), 8.0);
+  EXPECT_LT(mib_delta(heap_parked, heap_before), 8.0);
+  raws.clear();
+  ASSERT_TRUE(eventually([&] { return server.client_count() == 1; }, 2000ms));
+
+  // Then 256 real clients, one thread each, all parked in one get at once.
+  const size_t before = rss_bytes();
+  std::vector<std::unique_ptr<TcpStore>> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.push_back(
+        std::make_unique<TcpStore>(client_with_token(server.port(), std::string(kToken))));
+  }
+  EXPECT_EQ(server.client_count(), static_cast<size_t>(kClients + 1));
+  const auto start = Clock::now();
+  std::vector<std::string> got(kClients);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i) {
+    threads.emplace_back([&, i] {
+      try {
+        clients[i]->set(fmt::format("rank/{}", i), std::to_string(i));
+        clients[i]->add("arrived", 1);
+        got[i] = to_string(clients[i]->get("go", 20000ms));  // All 256 parked at once.
+      } catch (const std::exception& e) {
+        got[i] = e.what();
+      }
+    });
+  }
+  ASSERT_TRUE(eventually([&] { return controller.add("arrived", 0) == kClients; }, 20000ms));
+  const size_t parked = rss_bytes();
+  controller.set("go", "now");
+  for (auto& t : threads) t.join();
+  const int64_t took_ms = elapsed_ms(start);
+  for (int i = 0; i < kClients; ++i) EXPECT_EQ(got[i], "now") << i;
+  EXPECT_EQ(controller.num_keys(), kClients + 3);
+  clients.clear();
+  EXPECT_TRUE(eventually([&] { return server.client_count() == 1; }, 2000ms));
+  const size_t after = rss_bytes();
+  std::printf(
+      "256 clients: RSS %.1f MiB before, %.1f MiB with all parked, %.1f MiB after; "
+      "%lld ms\n",
+      mib(before), mib(parked), mib(after), static_cast<long long>(took_ms));
+  // The client threads' stacks and connections are the bulk of this.
+  EXPECT_LT(mib_delta(parked, before), 64.0);
+}
+
+TEST(StoreLoadTest, StormOf1000ConnectsLeavesTheServerServingWithBoundedMemory) {
+  using store_protocol::Command;
+  TcpStoreServerOptions options = with_token();
+  options.frame_timeout_ms = 2000;
+  TcpStoreServer server(options);
+  TcpStore member(client_with_token(server.port(), std::string(kToken)));
+  member.set("k", "v");
+  // Every kind of visitor: silent, half a header, a stranger's request, a wrong token, a
+  // member that parks a get and vanishes, a member that starts a big frame and vanishes.
+  auto visit = [&](int i) {
+    RawConnection raw(server.port());
+    const std::vector<char> auth = frame_of(Command::kAuth, [](auto& w) { w.bytes(kToken); });
+    switch (i % 6) {
+      case 0:
+        break;
+      case 1:
+        raw.send({0x10, 0x00});
+        break;
+      case 2:
+        raw.send(frame_of(Command::kPing, [](auto&) {}));
+        break;
+      case 3:
+        raw.send(frame_of(Command::kAuth, [](auto& w) { w.bytes(std::string_view("guess")); }));
+        break;
+      case 4:
+        raw.call(auth);
+        raw.send(frame_of(Command::kGet, [](auto& w) {
+          w.i64(60000);
+          w.bytes(std::string_view("never"));
+        }));
+        break;
+      case 5: {
+        raw.call(auth);
+        std::vector<char> big = {0x00, 0x00, 0x00, 0x01};  // 16 MiB claimed, 64 KiB sent.
+        big.push_back(static_cast<char>(Command::kSet));
+        big.resize(big.size() + (64 << 10), 'x');
+        raw.send(big);
+        break;
+      }
+    }
+  };
+  for (int i = 0; i < 120; ++i) visit(i);  // Warm-up: the allocator's arenas settle.
+  ASSERT_TRUE(eventually([&] { return server.client_count() == 1; }, 5000ms));
+  const size_t before = rss_bytes();
+  const size_t heap_before = heap_in_use_bytes();
+  const auto start = Clock::now();
+  for (int i = 0; i < 1000; ++i) visit(i);
+  const int64_t storm_ms = elapsed_ms(start);
+  EXPECT_TRUE(eventually([&] { return server.client_count() == 1; }, 5000ms))
+      << server.client_count() << " connections left";
+  const size_t after = rss_bytes();
+  const size_t heap_after = heap_in_use_bytes();
+  std::printf(
+      "1000-connection storm: RSS %.1f MiB before, %.1f MiB after (%+.2f MiB); heap in "
+      "use %+.3f MiB; %lld ms\n",
+      mib(before), mib(after), mib_delta(after, before), mib_delta(heap_after, heap_before),
+      static_cast<long long>(storm_ms));
+  EXPECT_LT(mib_delta(after, before), 8.0);
+  EXPECT_LT(mib_delta(heap_after, heap_before), 0.5);  // Nothing is left behind per connection.
+  // Still serving, and nothing the visitors sent reached the store.
+  EXPECT_EQ(to_string(member.get("k")), "v");
+  EXPECT_EQ(member.num_keys(), 1);
+  TcpStore late(client_with_token(server.port(), std::string(kToken)));
+  late.set("after", "storm");
+  EXPECT_EQ(to_string(member.get("after")), "storm");
+}
+
+// ---- TLS. ----
+
+// A fresh directory with self-signed certificates (each its own CA) for 127.0.0.1, made by the
+// openssl command; removed at the end of the test.
+class TlsFiles {
+ public:
+  TlsFiles() {
+    std::string tmpl = "/tmp/meshrt-store-tls-XXXXXX";
+    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    dir_ = tmpl;
+  }
+  ~TlsFiles() {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+  }
+  TlsFiles(const TlsFiles&) = delete;
+  TlsFiles& operator=(const TlsFiles&) = delete;
+
+  // Makes <name>.pem and <name>.key for `san` (subjectAltName); returns whether openssl
+  // succeeded.
+  bool make(const std::string& name, const std::string& san = "IP:127.0.0.1") {
+    const std::string command = fmt::format(
+        "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 "
+        "-subj /CN=meshrt-test -addext subjectAltName={2} -keyout {0}/{1}.key "
+        "-out {0}/{1}.pem >{0}/{1}.log 2>&1",
+        dir_, name, san);
+    return std::system(command.c_str()) == 0;
+  }
+  std::string cert(const std::string& name) const { return dir_ + "/" + name + ".pem"; }
+  std::string key(const std::string& name) const { return dir_ + "/" + name + ".key"; }
+
+ private:
+  std::string dir_;
+};
+
+TcpStoreServerOptions tls_server(const TlsFiles& files) {
+  TcpStoreServerOptions options = with_token();
+  options.tls_cert_file = files.cert("server");
+  options.tls_key_file = files.key("server");
+  return options;
+}
+
+TEST(StoreTlsTest, TokenOverTlsWorksAndEveryReconnectHandshakes) {
+  TlsFiles files;
+  ASSERT_TRUE(files.make("server"));
+  TcpStoreServerOptions options = tls_server(files);
+  options.max_key_bytes = 16;
+  TcpStoreServer server(options);
+  TcpStoreOptions co = client_with_token(server.port(), std::string(kToken));
+  co.tls_ca_file = files.cert("server");
+  TcpStore store(co);
+  store.set("k", std::string(100000, 'v'));
+  EXPECT_EQ(store.get("k").size(), 100000u);
+  // The error reply drops the connection: the next call is a new TLS session.
+  EXPECT_EQ(expect_error([&] { store.set(std::string(100, 'k'), "v"); }).code(),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(store.add("n", 3), 3);
+  // Parked requests and hang-ups work the same over TLS.
+  auto waiter = std::async(std::launch::async, [&] {
+    TcpStore other(co);
+    return to_string(other.get("later", 5000ms));
+  });
+  std::this_thread::sleep_for(100ms);
+  store.set("later", "yes");
+  EXPECT_EQ(waiter.get(), "yes");
+}
+
+TEST(StoreTlsTest, PlainClientsAreRefusedAndTheStoreIsUnchanged) {
+  TlsFiles files;
+  ASSERT_TRUE(files.make("server"));
+  TcpStoreServer server(tls_server(files));
+  TcpStoreOptions plain = client_with_token(server.port(), std::string(kToken));
+  plain.connect_timeout = 500ms;
+  const auto start = Clock::now();
+  const Error e = expect_error([&] { TcpStore store(plain); });
+  EXPECT_EQ(e.code(), ErrorCode::kTimeout) << e.what();
+  EXPECT_TRUE(Contains(e.what(), server.address()));
+  EXPECT_TRUE(Contains(e.what(), "does it expect TLS (MESHRT_STORE_TLS_CA)?"));
+  EXPECT_LT(elapsed_ms(start), 2000);
+  {
+    RawConnection raw(server.port());  // A plain request where a handshake belongs.
+    raw.send(frame_of(store_protocol::Command::kSet, [](auto& w) {
+      w.bytes(std::string_view("intruder"));
+      w.bytes(std::string_view("x"));
+    }));
+    EXPECT_TRUE(raw.closed_within(2000ms));
+  }
+  TcpStoreOptions co = client_with_token(server.port(), std::string(kToken));
+  co.tls_ca_file = files.cert("server");
+  TcpStore member(co);
+  EXPECT_EQ(member.num_keys(), 0);
+}
+
+TEST(StoreTlsTest, AnUntrustedCertificateFailsTheHandshakeClearly) {
+  TlsFiles files;
+  ASSERT_TRUE(files.make("server"));
+  ASSERT_TRUE(files.make("other"));
+  TcpStoreServer server(tls_server(files));
+  TcpStoreOptions co = client_with_token(server.port(), std::string(kToken));
+  co.tls_ca_file = files.cert("other");
+  const auto start = Clock::now();
+  const Error e = expect_error([&] { TcpStore store(co); });
+  EXPECT_EQ(e.code(), ErrorCode::kStore);
+  EXPECT_TRUE(Contains(e.what(), "TLS handshake with store " + server.address()));
+  EXPECT_TRUE(Contains(e.what(), "certificate verify failed"));
+  EXPECT_LT(elapsed_ms(start), 1000);  // Not retried: the same certificate would fail again.
+}
+
+TEST(StoreTlsTest, ACertificateForAnotherHostIsRefused) {
+  TlsFiles files;
+  ASSERT_TRUE(files.make("server", "DNS:elsewhere.example"));
+  TcpStoreServer server(tls_server(files));
+  TcpStoreOptions co = client_with_token(server.port(), std::string(kToken));
+  co.tls_ca_file = files.cert("server");  // Trusted, but it does not name 127.0.0.1.
+  const Error e = expect_error([&] { TcpStore store(co); });
+  EXPECT_EQ(e.code(), ErrorCode::kStore);
+  EXPECT_TRUE(Contains(e.what(), "certificate verify failed"));
+}
+
+TEST(StoreTlsTest, MissingOrHalfConfiguredFilesAreRefusedAtStart) {
+  TlsFiles files;
+  ASSERT_TRUE(files.make("server"));
+  TcpStoreServerOptions half;
+  half.tls_cert_file = files.cert("server");
+  EXPECT_EQ(expect_error([&] { TcpStoreServer server(half); }).code(), ErrorCode::kInvalidArgument);
+  TcpStoreServerOptions missing;
+  missing.tls_cert_file = files.cert("absent");
+  missing.tls_key_file = files.key("server");
+  const Error e = expect_error([&] { TcpStoreServer server(missing); });
+  EXPECT_EQ(e.code(), ErrorCode::kStore);
+  EXPECT_TRUE(Contains(e.what(), files.cert("absent")));
+  TcpStoreOptions co = client_options(free_port());
+  co.tls_ca_file = files.cert("absent");
+  EXPECT_EQ(expect_error([&] { TcpStore store(co); }).code(), ErrorCode::kStore);
 }
 
 }  // namespace

@@ -51,6 +51,8 @@ std::string_view command_name(Command command) {
       return "multi_set";
     case Command::kPing:
       return "ping";
+    case Command::kAuth:
+      return "auth";
   }
   return "unknown";
 }

@@ -18,8 +18,14 @@
 //   multi_get    i64 timeout_ms, u32 n, n * key     -> n * value
 //   multi_set    u32 n, n * (key, value)            -> (empty)
 //   ping                                            -> (empty)
+//   auth         token                              -> (empty)
 // A connection carries one request at a time: the client sends the next request only after it
 // has read the reply, so the server never needs to reorder replies.
+//
+// A server with a token takes an auth request as the first frame of every connection; any other
+// first frame, or a wrong token, gets a kUnauthenticated reply and the connection is closed. The
+// server also closes a connection after a malformed or oversized frame (replying first), so a
+// client drops its connection after any error reply except kTimeout.
 #pragma once
 
 #include <cstddef>
@@ -51,6 +57,7 @@ enum class Command : uint8_t {
   kMultiGet = 9,
   kMultiSet = 10,
   kPing = 11,
+  kAuth = 12,
 };
 
 // Reply status byte. Values are part of the wire format: append, never renumber.
@@ -59,7 +66,12 @@ enum class Status : uint8_t {
   kTimeout = 1,          // A blocking request passed its server-side deadline.
   kInvalidArgument = 2,  // The request was refused (size limits, non-integer add, bad counts).
   kError = 3,            // Anything else the server could not do (malformed frame, ...).
+  kUnauthenticated = 4,  // No auth request first, or a wrong token; the connection is closed.
 };
+
+// The largest frame a server with a token reads before the client has authenticated: an auth
+// request and its token fit easily, and a stranger cannot make the server buffer more.
+inline constexpr size_t kMaxUnauthenticatedFrameBytes = 4096;
 
 // Returns the lowercase name of `command` ("set", "multi_get", ...) or "unknown".
 std::string_view command_name(Command command);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string_view>
@@ -12,6 +13,7 @@
 
 // Asio after the standard headers: Boost 1.74 uses std::exchange without including <utility>.
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 
 #include "runtime/error.h"
 #include "runtime/store/store_protocol.h"
@@ -36,6 +38,8 @@ constexpr milliseconds kReplyMargin{2000};
 constexpr milliseconds kFirstRetryDelay{10};
 constexpr milliseconds kReconnectTimeout{2000};
 constexpr milliseconds kMaxRetryDelay{500};
+// A reply's buffer grows by at most this much per read.
+constexpr size_t kReadChunkBytes = size_t{1} << 20;
 // Receive buffers that grew past this for one big reply are released afterwards.
 constexpr size_t kKeepBufferBytes = size_t{1} << 20;
 
@@ -70,6 +74,19 @@ class TcpStore::Impl {
  public:
   explicit Impl(TcpStoreOptions options)
       : options_(std::move(options)), address_(format_host_port(options_.host, options_.port)) {
+    if (!options_.tls_ca_file.empty()) {
+      tls_context_.emplace(asio::ssl::context::tls_client);
+      tls_context_->set_options(asio::ssl::context::default_workarounds |
+                                asio::ssl::context::no_sslv2 | asio::ssl::context::no_sslv3 |
+                                asio::ssl::context::no_tlsv1 | asio::ssl::context::no_tlsv1_1);
+      try {
+        tls_context_->load_verify_file(options_.tls_ca_file);
+      } catch (const boost::system::system_error& e) {
+        throw Error(ErrorCode::kStore, proto::op_context("store.connect"),
+                    fmt::format("cannot load the CA file {} for store {}: {}", options_.tls_ca_file,
+                                address_, e.what()));
+      }
+    }
     connect();
   }
 
@@ -131,6 +148,7 @@ class TcpStore::Impl {
     const Clock::time_point deadline = Clock::now() + capped_timeout(budget);
     milliseconds retry_delay = kFirstRetryDelay;
     error_code last_ec;
+    bool reached_server = false;
     tcp::resolver resolver(io_);
     for (;;) {
       error_code ec;
@@ -144,6 +162,11 @@ class TcpStore::Impl {
         if (!ec) {
           error_code ignored;
           socket_.set_option(tcp::no_delay(true), ignored);
+          reached_server = true;
+          ec = start_tls(deadline);
+        }
+        if (!ec) ec = authenticate(deadline);
+        if (!ec) {
           connected_once_ = true;
           return;
         }
@@ -153,9 +176,16 @@ class TcpStore::Impl {
       close();
       const Clock::time_point now = Clock::now();
       if (now >= deadline) {
-        throw Error(ErrorCode::kTimeout, proto::op_context("store.connect"),
-                    fmt::format("could not connect to store {} within {} ms (last error: {})",
-                                address_, budget.count(), last_ec ? last_ec.message() : "none"));
+        // Reached, then hung up on during the handshake: most likely TLS on one side only.
+        const char* hint = !reached_server ? ""
+                           : tls_context_  ? "; the server accepted but closed each connection"
+                                             ": does it serve TLS?"
+                                           : "; the server accepted but closed each connection"
+                                             ": does it expect TLS (MESHRT_STORE_TLS_CA)?";
+        throw Error(
+            ErrorCode::kTimeout, proto::op_context("store.connect"),
+            fmt::format("could not connect to store {} within {} ms (last error: {}){}", address_,
+                        budget.count(), last_ec ? last_ec.message() : "none", hint));
       }
       // The server may simply not be up yet (the rendezvous case): back off and retry.
       std::this_thread::sleep_for(std::min<Clock::duration>(retry_delay, deadline - now));
@@ -168,6 +198,103 @@ class TcpStore::Impl {
     socket_.close(ignored);
   }
 
+  // Runs the TLS handshake on a fresh connection, checking that the server's certificate is
+  // signed by the CA and names options.host. A connection lost during it is returned (retried
+  // like a failed connect); a certificate that fails the checks throws.
+  error_code start_tls(Clock::time_point deadline) {
+    if (!tls_context_) return {};
+    // A new session per connection; the old one's operations all finished (see run_until).
+    tls_ = std::make_unique<asio::ssl::stream<tcp::socket&>>(socket_, *tls_context_);
+    tls_->set_verify_mode(asio::ssl::verify_peer);
+    tls_->set_verify_callback(asio::ssl::host_name_verification(options_.host));
+    const error_code ec = run_until(
+        [&](auto&& handler) { tls_->async_handshake(asio::ssl::stream_base::client, handler); },
+        deadline);
+    if (ec && ec.category() == asio::error::get_ssl_category()) {
+      close();
+      throw Error(ErrorCode::kStore, proto::op_context("store.connect"),
+                  fmt::format("TLS handshake with store {} failed: {} (CA file {})", address_,
+                              ec.message(), options_.tls_ca_file));
+    }
+    if (ec) close();
+    return ec;
+  }
+
+  // Writes all of `buffer` / reads exactly `buffer`, through TLS when it is on.
+  template <typename Buffer>
+  error_code write_all(const Buffer& buffer, Clock::time_point deadline) {
+    return run_until(
+        [&](auto&& handler) {
+          if (tls_) return asio::async_write(*tls_, buffer, handler);
+          asio::async_write(socket_, buffer, handler);
+        },
+        deadline);
+  }
+  template <typename Buffer>
+  error_code read_exactly(const Buffer& buffer, Clock::time_point deadline) {
+    return run_until(
+        [&](auto&& handler) {
+          if (tls_) return asio::async_read(*tls_, buffer, handler);
+          asio::async_read(socket_, buffer, handler);
+        },
+        deadline);
+  }
+
+  // Sends the token on a fresh connection. An I/O error is returned (the caller retries like a
+  // failed connect); a refusal throws, since retrying with the same token cannot help.
+  error_code authenticate(Clock::time_point deadline) {
+    if (options_.token.empty()) return {};
+    std::vector<char> request;
+    proto::FrameWriter w(request);
+    w.u8(static_cast<uint8_t>(Command::kAuth));
+    w.bytes(options_.token);
+    w.finish();
+    std::vector<char> reply;
+    const error_code ec = round_trip(request, reply, deadline);
+    if (ec) {
+      close();
+      return ec;
+    }
+    check_reply_status(reply, Command::kAuth);
+    return {};
+  }
+
+  // Writes `request` and reads one reply frame into `reply`, by `deadline`.
+  error_code round_trip(const std::vector<char>& request, std::vector<char>& reply,
+                        Clock::time_point deadline) {
+    error_code ec = write_all(asio::buffer(request), deadline);
+    if (!ec) ec = read_exactly(asio::buffer(header_), deadline);
+    // The reply's memory follows its bytes, not its header: whatever answers on the port (it
+    // may not be our server yet) cannot make us allocate 4 GiB with five bytes.
+    const size_t reply_bytes = ec ? 0 : proto::decode_u32(header_.data());
+    reply.clear();
+    while (!ec && reply.size() < reply_bytes) {
+      const size_t have = reply.size();
+      reply.resize(have + std::min(reply_bytes - have, kReadChunkBytes));
+      ec = read_exactly(asio::buffer(reply.data() + have, reply.size() - have), deadline);
+    }
+    return ec;
+  }
+
+  // Throws for an error reply; returns a reader positioned after an ok status.
+  proto::FrameReader check_reply_status(const std::vector<char>& reply, Command command) {
+    proto::FrameReader r(reply);
+    const auto status = static_cast<Status>(r.u8());
+    if (status == Status::kOk) return r;
+    const std::string message(r.bytes());
+    // After any refusal but a timeout the server may close the connection: start afresh.
+    if (status != Status::kTimeout) close();
+    if (status == Status::kUnauthenticated) {
+      throw Error(ErrorCode::kStore, context_for(command),
+                  fmt::format("store {} refused this client: {} ({})", address_, message,
+                              options_.token.empty()
+                                  ? "this client has no token; set MESHRT_STORE_TOKEN to the job's"
+                                  : "this client's token is not the job's MESHRT_STORE_TOKEN"));
+    }
+    throw Error(code_for(status), context_for(command),
+                fmt::format("{} (store {})", message, address_));
+  }
+
   void release_big_buffers() {
     if (in_.capacity() > kKeepBufferBytes) std::vector<char>().swap(in_);
     if (out_.capacity() > kKeepBufferBytes) std::vector<char>().swap(out_);
@@ -178,18 +305,7 @@ class TcpStore::Impl {
                               milliseconds wait) {
     if (!socket_.is_open()) connect();
     const Clock::time_point deadline = Clock::now() + capped_timeout(wait) + kReplyMargin;
-    error_code ec = run_until(
-        [&](auto&& handler) { asio::async_write(socket_, asio::buffer(out_), handler); }, deadline);
-    if (!ec) {
-      ec = run_until(
-          [&](auto&& handler) { asio::async_read(socket_, asio::buffer(header_), handler); },
-          deadline);
-    }
-    if (!ec) {
-      in_.resize(proto::decode_u32(header_.data()));
-      ec = run_until([&](auto&& handler) { asio::async_read(socket_, asio::buffer(in_), handler); },
-                     deadline);
-    }
+    const error_code ec = round_trip(out_, in_, deadline);
     if (ec == asio::error::timed_out) {
       throw Error(ErrorCode::kTimeout, context_for(command),
                   fmt::format("no reply from store {} within {} ms to {}{}; connection dropped",
@@ -202,14 +318,7 @@ class TcpStore::Impl {
                   fmt::format("store {} closed the connection during {}{}: {}", address_,
                               proto::command_name(command), of_keys(keys), ec.message()));
     }
-    proto::FrameReader r(in_);
-    const auto status = static_cast<Status>(r.u8());
-    if (status != Status::kOk) {
-      const std::string_view message = r.bytes();
-      throw Error(code_for(status), context_for(command),
-                  fmt::format("{} (store {})", message, address_));
-    }
-    return r;
+    return check_reply_status(in_, command);
   }
 
   const TcpStoreOptions options_;
@@ -217,6 +326,8 @@ class TcpStore::Impl {
   std::mutex mu_;  // Serializes calls: the connection carries one request at a time.
   asio::io_context io_;
   tcp::socket socket_{io_};
+  std::optional<asio::ssl::context> tls_context_;         // Set when TLS is on.
+  std::unique_ptr<asio::ssl::stream<tcp::socket&>> tls_;  // The current connection's.
   bool connected_once_ = false;
   std::array<char, proto::kFrameHeaderBytes> header_{};
   std::vector<char> out_;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runtime/store/store.h"
+#include "runtime/store/store_auth.h"
 
 namespace meshrt {
 
@@ -21,16 +22,25 @@ struct TcpStoreOptions {
   std::chrono::milliseconds connect_timeout{30000};
   // Default timeout of the blocking calls without one, and the reply deadline of the others.
   std::chrono::milliseconds timeout{300000};
+  // The job's shared secret, sent right after every (re)connect; empty sends none. Defaults to
+  // MESHRT_STORE_TOKEN so every client in a job's process carries the job's token.
+  std::string token = store_token_from_env();
+  // TLS: the PEM file of the CA that signed the server's certificate; set, the client speaks TLS
+  // and checks that the certificate names options.host. Default: MESHRT_STORE_TLS_CA; empty:
+  // plain TCP.
+  std::string tls_ca_file = store_env("MESHRT_STORE_TLS_CA");
 };
 
 // A Store backed by a TcpStoreServer over one TCP connection. Thread-safe: calls from several
 // threads are serialized on the connection, so a thread blocked in get() delays the others;
 // give each thread its own TcpStore when that matters. If a call fails on the connection
-// (server gone, reply deadline passed) the connection is dropped and the next call reconnects.
+// (server gone, reply deadline passed, an error reply) the connection is dropped and the next
+// call reconnects. A server that refuses the token (or its absence) makes the call throw
+// Error(kStore) naming the address and "authentication refused".
 class TcpStore : public Store {
  public:
-  // Connects, retrying until options.connect_timeout; throws Error(kTimeout) naming the address
-  // if no server answers by then.
+  // Connects and authenticates, retrying until options.connect_timeout; throws Error(kTimeout)
+  // naming the address if no server answers by then, Error(kStore) if it refuses the token.
   explicit TcpStore(TcpStoreOptions options);
   ~TcpStore() override;
 
