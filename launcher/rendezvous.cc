@@ -80,7 +80,12 @@ void Rendezvous::host_or_connect() {
       return;
     } catch (const Error& e) {
       if (e.code() != ErrorCode::kTimeout) throw;
-      last_error = e.detail();
+      // A slice cut short by the deadline says less than one that reached the server (and may
+      // say why it hung up): keep the latter.
+      if (last_error.empty() || e.detail().find("the server accepted") != std::string::npos ||
+          last_error.find("the server accepted") == std::string::npos) {
+        last_error = e.detail();
+      }
     }
     if (options_.should_stop && options_.should_stop()) {
       throw Error(ErrorCode::kAborted, context(), "interrupted while connecting to the store");
