@@ -495,17 +495,17 @@ Communicator::Task Communicator::take_front_locked() {
   return task;
 }
 
+size_t Communicator::queued_through_locked(const Work& work) const {
+  auto it = std::find_if(queue_.begin(), queue_.end(),
+                         [&work](const Task& t) { return t.work.get() == &work; });
+  return it == queue_.end() ? 0 : static_cast<size_t>(it - queue_.begin()) + 1;
+}
+
 void Communicator::start_on_worker(const Work* work) {
   bool released = false;
   {
     std::lock_guard lock(mu_);
-    size_t count = queue_.size();
-    if (work != nullptr) {
-      auto it = std::find_if(queue_.begin(), queue_.end(),
-                             [work](const Task& t) { return t.work.get() == work; });
-      count = it == queue_.end() ? 0 : static_cast<size_t>(it - queue_.begin()) + 1;
-    }
-    released = release_locked(count);
+    released = release_locked(work == nullptr ? queue_.size() : queued_through_locked(*work));
   }
   if (released) cv_.notify_one();
 }
@@ -545,12 +545,11 @@ bool Communicator::try_run_inline(const Work& work) {
     Task task;
     {
       std::lock_guard lock(mu_);
-      auto it = std::find_if(queue_.begin(), queue_.end(),
-                             [&work](const Task& t) { return t.work.get() == &work; });
-      if (it == queue_.end()) return false;  // Running elsewhere, or done.
+      const size_t through = queued_through_locked(work);
+      if (through == 0) return false;  // Running elsewhere, or done.
       if (busy_) {
         // Whoever runs now frees the queue for the worker, not for us: hand our op over.
-        if (!release_locked(static_cast<size_t>(it - queue_.begin()) + 1)) return false;
+        if (!release_locked(through)) return false;
       } else {
         task = take_front_locked();
       }

@@ -258,6 +258,8 @@ class Communicator {
   bool try_run_inline(const Work& work);
   // Lets the worker take every queued task up to `work` (all tasks if null); starts it if needed.
   void start_on_worker(const Work* work);
+  // How many queued tasks, from the front, up to and including `work`'s (0: not queued); mu_ held.
+  size_t queued_through_locked(const Work& work) const;
   // Lets the worker take the first `count` queued tasks; mu_ held. Returns whether that released
   // any (the caller then notifies cv_ after unlocking).
   bool release_locked(size_t count);

@@ -448,43 +448,35 @@ class GlooBackend : public Backend {
     if (op.reduce_op == ReduceOp::kAvg) divide_elements(dtype, op.output.data, count, n);
   }
 
-  // Small all_reduce in one step: every rank sends its buffer to every other at once and reduces
-  // the n buffers locally, in rank order, so that every rank computes the same bits. One message
-  // latency instead of the 2(n-1) sequential steps of Gloo's ring (2 instead of 1 with 2 ranks,
-  // where it sends the same bytes).
+  // Small 2-rank all_reduce in one exchange instead of the ring's two (same bytes sent): each
+  // rank sends its buffer to the other and reduces both locally as rank 0's op rank 1's, so
+  // both compute the same bits.
   void all_reduce_one_shot(const Op& op) {
-    const int n = context_->size;
     const int rank = context_->rank;
+    const int peer = 1 - rank;
     const size_t bytes = op.output.bytes();
-    gathered_.resize(bytes * static_cast<size_t>(n));
-    char* mine = gathered_.data() + bytes * static_cast<size_t>(rank);
+    pair_.resize(2 * bytes);
+    char* mine = pair_.data() + bytes * static_cast<size_t>(rank);
     std::memcpy(mine, op.output.data, bytes);
     auto send_buf = context_->createUnboundBuffer(mine, bytes);
-    auto recv_buf = context_->createUnboundBuffer(gathered_.data(), gathered_.size());
+    auto recv_buf = context_->createUnboundBuffer(pair_.data() + bytes * peer, bytes);
     const uint64_t slot = gloo::Slot::build(kOneShotSlotPrefix, tag(op));
     const auto deadline = std::chrono::steady_clock::now() + op.timeout;
-    for (int peer = 0; peer < n; ++peer) {
-      if (peer == rank) continue;
-      recv_buf->recv(peer, slot, bytes * static_cast<size_t>(peer), bytes);
-      send_buf->send(peer, slot);
-    }
-    for (int i = 1; i < n; ++i) recv_buf->waitRecv(deadline);
+    recv_buf->recv(peer, slot);
+    send_buf->send(peer, slot);
+    recv_buf->waitRecv(deadline);
     const DType dtype = op.output.dtype;
-    const size_t count = op.output.count;
-    void* out = op.output.data;
-    reduce_elements(dtype, op.reduce_op, out, gathered_.data(), gathered_.data() + bytes, count);
-    for (int i = 2; i < n; ++i) {
-      reduce_elements(dtype, op.reduce_op, out, out, gathered_.data() + bytes * i, count);
-    }
-    if (op.reduce_op == ReduceOp::kAvg) divide_elements(dtype, out, count, n);
-    for (int i = 1; i < n; ++i) send_buf->waitSend(deadline);
+    reduce_elements(dtype, op.reduce_op, op.output.data, pair_.data(), pair_.data() + bytes,
+                    op.output.count);
+    if (op.reduce_op == ReduceOp::kAvg) divide_elements(dtype, op.output.data, op.output.count, 2);
+    send_buf->waitSend(deadline);
   }
 
   std::shared_ptr<Store> store_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> context_;
   const size_t one_shot_max_bytes_;  // GlooConfig::one_shot_max_bytes.
-  std::vector<char> gathered_;       // The one-shot all_reduce's n buffers.
+  std::vector<char> pair_;           // The one-shot all_reduce's two buffers, rank 0's first.
   std::vector<char> acc_[2];         // Reused across ops.
   std::vector<char> recv_;
   std::vector<char> scratch_;
