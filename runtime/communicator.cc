@@ -200,14 +200,15 @@ WorkHandle Communicator::enqueue(Op op, OpOptions options, const std::source_loc
                 e.detail());
   }
 
-  trace::OpRecord rec = make_record(op, info_, caller);
+  // Built before any lock: numbering fills in the rest of its record under mu_.
+  WorkHandle work = std::make_shared<Work>(make_record(op, info_, caller));
+  trace::OpRecord& rec = work->record_;  // Nobody else sees it before publish_locked().
   if (debug_tensor_stats_enabled()) {
     rec.debug = std::make_shared<trace::DebugStats>();
     rec.debug->input = tensor_stats(op.input);
   }
   std::shared_ptr<trace::DebugStats> debug = rec.debug;
 
-  WorkHandle work;
   int64_t enqueue_ns = 0;
   // Launching backends take the op on this thread: numbering and launch() in one critical
   // section keep every rank's launch order equal to its call order.
@@ -226,7 +227,7 @@ WorkHandle Communicator::enqueue(Op op, OpOptions options, const std::source_loc
       ++backend_collective_seq_;
     }
     number_channels(op, rec);
-    work = publish_locked(std::move(rec), op, ++op_seq_, enqueue_ns);
+    publish_locked(*work, op, ++op_seq_, enqueue_ns);
     if (coalescing_) coalesced_.push_back(work);
     if (aborted_) {
       work->mark_failed(
@@ -249,8 +250,8 @@ WorkHandle Communicator::enqueue(Op op, OpOptions options, const std::source_loc
   return work;
 }
 
-WorkHandle Communicator::publish_locked(trace::OpRecord rec, Op& op, uint64_t op_seq,
-                                        int64_t& enqueue_ns) {
+void Communicator::publish_locked(Work& work, Op& op, uint64_t op_seq, int64_t& enqueue_ns) {
+  trace::OpRecord& rec = work.record_;
   rec.collective_seq = collective_seq_;
   rec.p2p_seq = p2p_seq_;
   rec.record_id = trace::next_record_id();
@@ -260,9 +261,7 @@ WorkHandle Communicator::publish_locked(trace::OpRecord rec, Op& op, uint64_t op
   rec.created_wall_ns = trace::wall_from_steady_ns(rec.enqueue_ns);
   // Sinks hear of the op before it can start, and in sequence order.
   trace::emit_enqueue(rec);
-  auto work = std::make_shared<Work>(std::move(rec));
-  work->set_driver(driver_, work_path(model_));
-  return work;
+  work.set_driver(driver_, work_path(model_));
 }
 
 ErrorContext Communicator::context(OpKind kind, uint64_t op_seq) const {
@@ -281,7 +280,7 @@ void Communicator::launch_pending(const Op& op, const WorkHandle& work,
   {
     std::lock_guard lock(inflight_mu_);
     // Listed before launch() so that the watchdog sees an op whose launch blocks.
-    entry = &inflight_.emplace_back();
+    entry = &add_inflight_locked();
     entry->work = work;
     entry->deadline_ns = enqueue_ns + op.timeout.count() * 1'000'000;
     entry->kind = op.kind;
@@ -295,28 +294,40 @@ void Communicator::launch_pending(const Op& op, const WorkHandle& work,
   if (model_ == ExecutionModel::kLaunch) work->mark_started(enqueue_ns);
   std::unique_ptr<PendingOp> pending;
   std::optional<Error> failure;
+  PollResult first;
   try {
     pending = make();
+    // A host library often finishes a small op inside the call (MPI's blocking path, a 1-rank
+    // group): seen now, it completes with no list entry left for wait() to poll.
+    if (pending && model_ == ExecutionModel::kLaunch) first = pending->poll();
   } catch (const Error& e) {
     failure.emplace(e.code(), context(op.kind, op.op_seq), e.detail());
   } catch (const std::exception& e) {
     failure.emplace(ErrorCode::kBackend, context(op.kind, op.op_seq), e.what());
   }
+  // No pending op at all: the backend finished it inside launch().
+  const bool done_now = !failure && (!pending || first.state == PollResult::State::kDone);
   if (const uint64_t graph = pending ? pending->cuda_graph_id() : 0; graph != 0) {
     // Captured into a CUDA graph: the record says which, before its completion is seen.
     std::lock_guard lock(work->mu_);
     work->record_.cuda_graph_id = graph;
   }
   {
-    // push_back never moves deque elements, and pollers skip an entry without `pending`, so
-    // `entry` is still ours.
+    // List entries never move, and pollers skip an entry without `pending`, so `entry` is
+    // still ours.
     std::lock_guard lock(inflight_mu_);
     entry->started = model_ == ExecutionModel::kLaunch;
-    entry->pending = std::move(pending);
-    entry->done = failure.has_value();
+    entry->done = failure.has_value() || done_now;
+    if (!entry->done) entry->pending = std::move(pending);
+    if (done_now) debug = std::move(entry->debug);
+    trim_inflight_locked();
   }
 
   if (failure) fail(*work, std::move(*failure));
+  if (done_now) {
+    if (debug) debug->output = tensor_stats(op.output);
+    work->mark_completed(first.end_ns);
+  }
 }
 
 void Communicator::progress(const Work* target, std::chrono::steady_clock::time_point until,
@@ -400,7 +411,30 @@ void Communicator::poll_launched(std::vector<std::pair<WorkHandle, Error>>& fail
                                     e.started ? "started" : "still scheduled: never began")));
     }
   }
-  while (!inflight_.empty() && inflight_.front().done) inflight_.pop_front();
+  trim_inflight_locked();
+}
+
+Communicator::Launched& Communicator::add_inflight_locked() {
+  if (spare_launched_.empty()) return inflight_.emplace_back();
+  inflight_.splice(inflight_.end(), spare_launched_, spare_launched_.begin());
+  return inflight_.back();
+}
+
+void Communicator::trim_inflight_locked() {
+  // A few spare nodes cover the ops a program keeps in flight at once.
+  constexpr size_t kMaxSpare = 16;
+  while (!inflight_.empty() && inflight_.front().done) {
+    if (spare_launched_.size() >= kMaxSpare) {
+      inflight_.pop_front();
+      continue;
+    }
+    Launched& e = inflight_.front();
+    e.work.reset();
+    e.pending.reset();
+    e.debug.reset();
+    e.started = e.done = false;
+    spare_launched_.splice(spare_launched_.end(), inflight_, inflight_.begin());
+  }
 }
 
 void Communicator::wait_on_stream(const Work& work) {
@@ -898,9 +932,9 @@ WorkHandle Communicator::end_coalescing(std::source_location caller) {
   Op op;
   op.kind = OpKind::kCoalesced;
   op.timeout = timeout();
-  trace::OpRecord rec = make_record(op, info_, caller);
+  WorkHandle work = std::make_shared<Work>(make_record(op, info_, caller));
+  trace::OpRecord& rec = work->record_;
   std::vector<WorkHandle> members;
-  WorkHandle work;
   int64_t enqueue_ns = 0;
   {
     std::lock_guard lock(mu_);
@@ -920,7 +954,7 @@ WorkHandle Communicator::end_coalescing(std::source_location caller) {
       op.timeout = std::max(op.timeout, std::chrono::milliseconds(r.timeout_ms));
     }
     rec.timeout_ms = op.timeout.count();
-    work = publish_locked(std::move(rec), op, op_seq_, enqueue_ns);
+    publish_locked(*work, op, op_seq_, enqueue_ns);
     if (model_ == ExecutionModel::kRunToCompletion) {
       // Behind every member on the one queue: they are done when it runs, which happens like a
       // member's (on the first waiter, or the worker).

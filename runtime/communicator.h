@@ -37,6 +37,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -285,14 +286,20 @@ class Communicator {
   // kLaunch: polls the launched ops until `target` is done (null: once) or `until` passes. With
   // `try_only`, gives up at once if another thread is polling.
   void progress(const Work* target, std::chrono::steady_clock::time_point until, bool try_only);
+  // A new entry at the end of inflight_, from a recycled node when there is one; inflight_mu_
+  // held.
+  Launched& add_inflight_locked();
+  // Moves the done entries at the front of inflight_ to the spare list; inflight_mu_ held.
+  void trim_inflight_locked();
   // One round over the launched ops, inflight_mu_ held; failures go to `failed`.
   void poll_launched(std::vector<std::pair<WorkHandle, Error>>& failed);
   // kLaunchOnStream: orders the caller's stream after `work`'s op.
   void wait_on_stream(const Work& work);
   ErrorContext context(OpKind kind, uint64_t op_seq) const;
-  // Stamps `rec` and `op` with `op_seq`, the counters and the enqueue time (also returned in
-  // `enqueue_ns`), tells the sinks, and makes the op's Work. Call under mu_, numbering done.
-  WorkHandle publish_locked(trace::OpRecord rec, Op& op, uint64_t op_seq, int64_t& enqueue_ns);
+  // Stamps `work`'s record and `op` with `op_seq`, the counters and the enqueue time (also
+  // returned in `enqueue_ns`), tells the sinks, and sets the work's driver. Call under mu_,
+  // numbering done, before the work is shared.
+  void publish_locked(Work& work, Op& op, uint64_t op_seq, int64_t& enqueue_ns);
   // split(): the new group's backend, of options.backend when it names another kind.
   std::unique_ptr<Backend> make_child_backend(const SplitSpec& spec, const CommOptions& options,
                                               const trace::CommInfo& child) const;
@@ -311,7 +318,11 @@ class Communicator {
   std::mutex launch_mu_;
   // kLaunch: one poller at a time; guards inflight_. Never held while calling the watchdog.
   mutable std::mutex inflight_mu_;
-  std::deque<Launched> inflight_;  // Launched ops, oldest first; done ones leave from the front.
+  // Launched ops, oldest first; done ones leave from the front. A list, so that an entry stays
+  // put while others come and go, with its nodes recycled through spare_launched_ (a deque
+  // allocated and freed a node every other op).
+  std::list<Launched> inflight_;
+  std::list<Launched> spare_launched_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

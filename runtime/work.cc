@@ -15,7 +15,8 @@ void Work::wait() {
       if (driver_ && !done_now()) driver_->run_inline(*this);
       break;
     case WorkPath::kLaunched:
-      driver_->progress(*this, std::chrono::steady_clock::time_point::max());
+      // An op that finished at launch (MPI's blocking path) needs no poll and no lock.
+      if (!done_now()) driver_->progress(*this, std::chrono::steady_clock::time_point::max());
       break;
     case WorkPath::kLaunchedOnStream: {
       driver_->wait_on_stream(*this);
@@ -24,17 +25,32 @@ void Work::wait() {
       return;
     }
   }
-  std::unique_lock lock(mu_);
-  cv_.wait(lock, [this] { return done_; });
-  if (error_) throw *error_;
+  block_until_done();
 }
 
 void Work::synchronize() {
   if (path_ == WorkPath::kQueued) return wait();
-  driver_->progress(*this, std::chrono::steady_clock::time_point::max());
-  std::unique_lock lock(mu_);
-  cv_.wait(lock, [this] { return done_; });
+  if (!done_now()) driver_->progress(*this, std::chrono::steady_clock::time_point::max());
+  block_until_done();
+}
+
+void Work::block_until_done() {
+  if (!done_now()) {
+    std::unique_lock lock(mu_);
+    sleepers_.fetch_add(1, std::memory_order_seq_cst);
+    cv_.wait(lock, [this] { return done_.load(std::memory_order_seq_cst); });
+    sleepers_.fetch_sub(1, std::memory_order_relaxed);
+  }
   if (error_) throw *error_;
+}
+
+void Work::set_done() {
+  // Pairs with block_until_done(): a sleeper counts itself before testing done_ under mu_, so
+  // either it sees done_ or this sees it and wakes it under mu_ (no lost wake-up).
+  done_.store(true, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) == 0) return;
+  { std::lock_guard lock(mu_); }
+  cv_.notify_all();
 }
 
 void Work::wait(std::chrono::milliseconds timeout) {
@@ -45,7 +61,11 @@ void Work::wait(std::chrono::milliseconds timeout) {
     driver_->start(*this);
   }
   std::unique_lock lock(mu_);
-  if (!cv_.wait_until(lock, until, [this] { return done_; })) {
+  sleepers_.fetch_add(1, std::memory_order_seq_cst);
+  const bool done =
+      cv_.wait_until(lock, until, [this] { return done_.load(std::memory_order_seq_cst); });
+  sleepers_.fetch_sub(1, std::memory_order_relaxed);
+  if (!done) {
     throw Error(
         ErrorCode::kTimeout,
         {record_.comm ? record_.comm->global_rank : -1, record_.comm ? record_.comm->name : "",
@@ -57,17 +77,13 @@ void Work::wait(std::chrono::milliseconds timeout) {
 }
 
 bool Work::test() const {
-  {
-    std::lock_guard lock(mu_);
-    if (done_ || !driver_) return done_;
-  }
+  if (done_now() || !driver_) return done_now();
   if (path_ == WorkPath::kQueued) {
     driver_->start(*this);
   } else {
     driver_->progress(*this, std::chrono::steady_clock::time_point::min());
   }
-  std::lock_guard lock(mu_);
-  return done_;
+  return done_now();
 }
 
 std::optional<Error> Work::error() const {
@@ -96,11 +112,7 @@ void Work::mark_completed(int64_t end_ns) {
     record_.state = trace::OpState::kCompleted;
   }
   trace::emit_end(record_);
-  {
-    std::lock_guard lock(mu_);
-    done_ = true;
-  }
-  cv_.notify_all();
+  set_done();
 }
 
 void Work::mark_failed(Error error) {
@@ -119,12 +131,6 @@ void Work::record_failure(Error error) {
   trace::emit_end(record_);
 }
 
-void Work::release() {
-  {
-    std::lock_guard lock(mu_);
-    done_ = true;
-  }
-  cv_.notify_all();
-}
+void Work::release() { set_done(); }
 
 }  // namespace meshrt

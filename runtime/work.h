@@ -1,6 +1,7 @@
 // The handle of an asynchronous op: wait for it, poll it, read its error and its trace record.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <memory>
@@ -94,17 +95,22 @@ class Work {
 
  private:
   friend class Communicator;
-  // Whether the op completed or failed, without polling.
-  bool done_now() const {
-    std::lock_guard lock(mu_);
-    return done_;
-  }
+  // Whether the op completed or failed, without polling or locking.
+  bool done_now() const { return done_.load(std::memory_order_acquire); }
+  // Marks the work done and wakes the waiters; error_ and record_ are final by then.
+  void set_done();
+  // Blocks on cv_ until done_ (set by another thread); then throws the failure, if any.
+  void block_until_done();
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
   trace::OpRecord record_;
-  std::optional<Error> error_;
-  bool done_ = false;
+  std::optional<Error> error_;  // Written before done_, never after: readable once done_now().
+  // Set once, after record_ and error_ are final. Atomic so that a finished op's wait() takes
+  // no lock; sleepers_ says whether set_done() must take mu_ to wake anyone (the usual case on
+  // the launched path is a waiter that polled the op to completion itself).
+  std::atomic<bool> done_{false};
+  std::atomic<int> sleepers_{0};
   std::shared_ptr<WorkDriver> driver_;
   WorkPath path_ = WorkPath::kQueued;
 };
