@@ -61,6 +61,48 @@ else
   echo "bench_smoke: collective_bench ok ($ok results checked${torch_flag:+, torch not installed})"
 fi
 
+# meshrt-bench: every collective on 2 real processes over Gloo (meshrun) and on 2 in-process
+# ranks with a 1x2 mesh dim; fails on any #wrong, a malformed table or JSON that disagrees.
+# check_table OUT JSON: nccl-tests' 13 columns per row, every #wrong 0, one "Out of bounds" and
+# one "Avg bus bandwidth" line per collective, and the JSON holding the same rows.
+check_table() {
+  /usr/bin/python3 - "$1" "$2" << 'PY'
+import json, re, sys
+lines = [re.sub(r"^\[rank\d+\]: ", "", l.rstrip("\n")) for l in open(sys.argv[1])]
+rows = [l.split() for l in lines if l.strip() and not l.startswith("#")]
+rows = [r for r in rows if not r[0].startswith("meshrun:")]
+colls = 9
+bad = [r for r in rows if len(r) != 13 or not all(re.fullmatch(r"-?[0-9.]+", x)
+       for x in r[:2] + r[4:]) or r[8] != "0" or r[12] != "0"]
+oob = sum(l == "# Out of bounds values : 0 OK" for l in lines)
+avg = sum(l.startswith("# Avg bus bandwidth    : ") for l in lines)
+doc = json.load(open(sys.argv[2]))
+jbad = [r for r in doc["rows"] if r["wrong"] != 0]
+ok = rows and not bad and oob == colls and avg == colls and len(doc["rows"]) == 2 * len(rows) \
+  and not jbad
+print(f"{len(rows)} rows, {oob} collectives checked, {len(doc['rows'])} JSON rows" if ok else
+      f"bad rows {bad[:3]}, {oob} ok collectives of {colls}, {avg} averages, JSON wrong {jbad[:3]}")
+sys.exit(0 if ok else 1)
+PY
+}
+mb_args=(--coll all -b 8 -e 64K -f 64 -w 1 -n 3)
+if timeout 60 "$BUILD/meshrun" --standalone --nproc-per-node 2 "$BUILD/bench/meshrt-bench" \
+  "${mb_args[@]}" --json "$OUT/mb_gloo.json" > "$OUT/mb_gloo.out" 2>&1 &&
+  summary=$(check_table "$OUT/mb_gloo.out" "$OUT/mb_gloo.json"); then
+  echo "bench_smoke: meshrt-bench gloo ok ($summary)"
+else
+  fail "meshrt-bench over gloo: ${summary:-exited with an error}"
+  tail -20 "$OUT/mb_gloo.out" >&2
+fi
+if timeout 60 "$BUILD/bench/meshrt-bench" --inproc 2 --mesh 1x2 --dim-names dp,tp --dim tp \
+  "${mb_args[@]}" -d bfloat16 -o max --json "$OUT/mb_inproc.json" > "$OUT/mb_inproc.out" 2>&1 &&
+  summary=$(check_table "$OUT/mb_inproc.out" "$OUT/mb_inproc.json"); then
+  echo "bench_smoke: meshrt-bench inproc mesh dim ok ($summary)"
+else
+  fail "meshrt-bench in-process: ${summary:-exited with an error}"
+  tail -20 "$OUT/mb_inproc.out" >&2
+fi
+
 # mpi_bench: 2 ranks under mpirun over shared memory, where MPI is built in.
 if [ -x "$BUILD/bench/mpi_bench" ] && command -v mpirun > /dev/null; then
   if timeout 60 mpirun -np 2 --oversubscribe --allow-run-as-root --mca btl self,vader \
