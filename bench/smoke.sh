@@ -103,6 +103,19 @@ else
   tail -20 "$OUT/mb_inproc.out" >&2
 fi
 
+# store_ops_bench and torch_store_bench.py (bench/store_compare.sh's two sides): a moment each.
+for side in "$BUILD/bench/store_ops_bench" "$BUILD/bench/store_ops_bench --echo" \
+  "/usr/bin/python3 $SRC/bench/torch_store_bench.py"; do
+  if [[ $side == *python3* ]] && [ -n "$torch_flag" ]; then continue; fi
+  if timeout 60 $side --clients 2 --ops 50 > "$OUT/store.out" 2>&1 &&
+    grep -q '"add_ops_s": [1-9]' "$OUT/store.out"; then
+    echo "bench_smoke: ${side##*/} ok"
+  else
+    fail "${side##*/}"
+    tail -5 "$OUT/store.out" >&2
+  fi
+done
+
 # mpi_bench: 2 ranks under mpirun over shared memory, where MPI is built in.
 if [ -x "$BUILD/bench/mpi_bench" ] && command -v mpirun > /dev/null; then
   if timeout 60 mpirun -np 2 --oversubscribe --allow-run-as-root --mca btl self,vader \
