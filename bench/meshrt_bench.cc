@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "bench/meshrt_bench_check.h"
+#include "bench/raw_gloo.h"
 #include "mesh/meshrt.h"
 #include "trace/atomic_file.h"
 #include "trace/bandwidth.h"
@@ -55,6 +56,10 @@ struct Args {
   std::vector<std::string> dim_names;
   std::string dim;
   std::string json;
+  // "meshrt", or "gloo": the same loop on libgloo called directly (bench/raw_gloo.h), the
+  // baseline of bench/meshrt_bench_compare.sh; float sums of all_reduce, all_gather,
+  // reduce_scatter (Gloo has none: all_reduce, then this rank's block) and broadcast only.
+  std::string impl = "meshrt";
 };
 
 [[noreturn]] void usage(const std::string& msg) {
@@ -66,7 +71,7 @@ struct Args {
       "  [-d float|double|half|bfloat16|int8|uint8|int32|int64|f8e4m3|f8e5m2|all] [-r ROOT]\n"
       "  [--coll all_reduce,all_gather,reduce_scatter,all_to_all,broadcast,reduce,gather,\n"
       "          scatter,sendrecv|all] [--inproc N] [--mesh AxB.. [--dim-names a,b..] --dim NAME]\n"
-      "  [--json FILE]\n"
+      "  [--json FILE] [--impl meshrt|gloo]\n"
       "Sizes take K, M, G (powers of 1024). Without --inproc, run one process per rank under\n"
       "meshrun/torchrun (Gloo, or MESHRT_BACKEND) or mpirun (MPI).\n",
       msg.c_str());
@@ -185,6 +190,8 @@ Args parse(int argc, char** argv) {
       a.dim = next();
     } else if (k == "--json") {
       a.json = next();
+    } else if (k == "--impl") {
+      a.impl = next();
     } else if (k == "-h" || k == "--help") {
       usage("help");
     } else {
@@ -198,6 +205,19 @@ Args parse(int argc, char** argv) {
   if (a.mesh.empty() && (!a.dim.empty() || !a.dim_names.empty()))
     usage("--dim and --dim-names need --mesh");
   if (a.mesh.size() > 1 && a.dim.empty()) usage("--mesh with several dims needs --dim");
+  if (a.impl == "gloo") {
+    for (BenchOp op : a.ops) {
+      if (op != BenchOp::kAllReduce && op != BenchOp::kAllGather && op != BenchOp::kReduceScatter &&
+          op != BenchOp::kBroadcast)
+        usage("--impl gloo runs all_reduce, all_gather, reduce_scatter and broadcast only");
+    }
+    if (a.dtypes != std::vector<DType>{DType::kF32} ||
+        a.redops != std::vector<ReduceOp>{ReduceOp::kSum})
+      usage("--impl gloo runs float sums only");
+    if (a.inproc > 0 || !a.mesh.empty()) usage("--impl gloo runs on a launched world only");
+  } else if (a.impl != "meshrt") {
+    usage("--impl takes meshrt or gloo");
+  }
   return a;
 }
 
@@ -231,9 +251,14 @@ bool native_out_of_place_only(BenchOp op) {
 
 class Bench {
  public:
-  Bench(const Args& args, std::shared_ptr<Communicator> world)
+  // `init` (the world's options) is needed by --impl gloo only.
+  Bench(const Args& args, std::shared_ptr<Communicator> world, const InitOptions* init = nullptr)
       : a_(args), world_(std::move(world)) {
     comm_ = world_.get();
+    if (a_.impl == "gloo") {
+      raw_ = std::make_unique<RawGloo>(init->rank, init->world_size, init->master_addr,
+                                       init->master_port, init->gloo_iface, init->run_id);
+    }
     if (!a_.mesh.empty()) {
       mesh_ = init_device_mesh(world_, "cpu", a_.mesh, a_.dim_names);
       if (!mesh_->is_member()) {
@@ -338,8 +363,37 @@ class Bench {
     }
   }
 
+  // The raw Gloo baseline of run_op (float sums).
+  void run_raw(BenchOp op, BufferView in, BufferView out, bool in_place) {
+    auto* fin = static_cast<float*>(in.data);
+    auto* fout = static_cast<float*>(out.data);
+    auto* scratch = reinterpret_cast<float*>(scratch_.data());
+    switch (op) {
+      case BenchOp::kAllReduce:
+        raw_->all_reduce(fin, fout, out.count);
+        return;
+      case BenchOp::kBroadcast:
+        if (!in_place) std::memcpy(fout, fin, in.bytes());
+        raw_->broadcast(fout, out.count, a_.root);
+        return;
+      case BenchOp::kAllGather:
+        // Gloo copies the input into the output's block first: from a copy when that is it.
+        if (in_place) std::memcpy(scratch, fin, in.bytes());
+        raw_->all_gather(in_place ? scratch : fin, in.count, fout);
+        return;
+      case BenchOp::kReduceScatter:
+        // In place the output already is the reduced input's block.
+        raw_->all_reduce(fin, in_place ? fin : scratch, in.count);
+        if (!in_place) std::memcpy(fout, scratch + rank_ * out.count, out.bytes());
+        return;
+      default:
+        return;  // parse() refuses the others.
+    }
+  }
+
   // One op, waited on; copies first where meshrt lacks the placement.
   void run_op(BenchOp op, ReduceOp redop, BufferView in, BufferView out, bool in_place) {
+    if (raw_) return run_raw(op, in, out, in_place);
     Communicator& c = *comm_;
     if (native_in_place_only(op) && !in_place) std::memcpy(out.data, in.data, in.bytes());
     if (native_out_of_place_only(op) && in_place) {
@@ -448,8 +502,11 @@ class Bench {
   }
 
   void print_header() const {
-    fmt::print("# meshrt-bench: backend {} ({}), comm '{}': {} ranks, {} world ranks\n",
-               comm_->backend_name(), comm_->backend_version(), comm_->name(), n_, world_->size());
+    fmt::print(
+        "# meshrt-bench: {}, comm '{}': {} ranks, {} world ranks\n",
+        raw_ ? std::string("raw libgloo (bench/raw_gloo.h), no meshrt on the op path")
+             : fmt::format("backend {} ({})", comm_->backend_name(), comm_->backend_version()),
+        comm_->name(), n_, world_->size());
     fmt::print(
         "# nThread 1 nGpus 1 minBytes {} maxBytes {} step: {}({}) warmup iters: {} iters: {} "
         "agg iters: 1 validation: {} graph: 0\n",
@@ -500,9 +557,11 @@ class Bench {
 
   void write_json() const {
     std::string s = fmt::format(
-        "{{\"tool\": \"meshrt-bench\", \"backend\": \"{}\", \"comm\": \"{}\", \"ranks\": {}, "
-        "\"world\": {}, \"warmup\": {}, \"iters\": {}, \"average\": {}, \"rows\": [",
-        comm_->backend_name(), comm_->name(), n_, world_->size(), a_.warmup, a_.iters, a_.average);
+        "{{\"tool\": \"meshrt-bench\", \"impl\": \"{}\", \"backend\": \"{}\", \"comm\": "
+        "\"{}\", \"ranks\": {}, \"world\": {}, \"warmup\": {}, \"iters\": {}, \"average\": {}, "
+        "\"rows\": [",
+        a_.impl, raw_ ? "gloo" : comm_->backend_name(), comm_->name(), n_, world_->size(),
+        a_.warmup, a_.iters, a_.average);
     for (size_t i = 0; i < rows_.size(); ++i) {
       const Row& r = rows_[i];
       for (const Timing* x : {&r.out_of_place, &r.in_place}) {
@@ -529,6 +588,7 @@ class Bench {
   size_t max_bytes_ = 0;
   std::vector<uint64_t> send_, recv_, scratch_;
   std::vector<Row> rows_;
+  std::unique_ptr<RawGloo> raw_;
 };
 
 }  // namespace
@@ -546,7 +606,8 @@ int main(int argc, char** argv) {
       });
       return rc;
     }
-    return bench::Bench(args, init()).run();
+    const InitOptions options = init_options_from_env();
+    return bench::Bench(args, init(options), &options).run();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "meshrt-bench: %s\n", e.what());
     return 3;

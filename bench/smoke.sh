@@ -63,15 +63,16 @@ fi
 
 # meshrt-bench: every collective on 2 real processes over Gloo (meshrun) and on 2 in-process
 # ranks with a 1x2 mesh dim; fails on any #wrong, a malformed table or JSON that disagrees.
-# check_table OUT JSON: nccl-tests' 13 columns per row, every #wrong 0, one "Out of bounds" and
-# one "Avg bus bandwidth" line per collective, and the JSON holding the same rows.
+# check_table OUT JSON [COLLECTIVES]: nccl-tests' 13 columns per row, every #wrong 0, one "Out
+# of bounds" and one "Avg bus bandwidth" line per collective (9 unless given), and the JSON
+# holding the same rows.
 check_table() {
-  /usr/bin/python3 - "$1" "$2" << 'PY'
+  /usr/bin/python3 - "$1" "$2" "${3:-9}" << 'PY'
 import json, re, sys
 lines = [re.sub(r"^\[rank\d+\]: ", "", l.rstrip("\n")) for l in open(sys.argv[1])]
 rows = [l.split() for l in lines if l.strip() and not l.startswith("#")]
 rows = [r for r in rows if not r[0].startswith("meshrun:")]
-colls = 9
+colls = int(sys.argv[3])
 bad = [r for r in rows if len(r) != 13 or not all(re.fullmatch(r"-?[0-9.]+", x)
        for x in r[:2] + r[4:]) or r[8] != "0" or r[12] != "0"]
 oob = sum(l == "# Out of bounds values : 0 OK" for l in lines)
@@ -93,6 +94,34 @@ if timeout 60 "$BUILD/meshrun" --standalone --nproc-per-node 2 "$BUILD/bench/mes
 else
   fail "meshrt-bench over gloo: ${summary:-exited with an error}"
   tail -20 "$OUT/mb_gloo.out" >&2
+fi
+# The raw-Gloo and PyTorch sides of bench/meshrt_bench_compare.sh, on the four ops they share.
+if timeout 60 "$BUILD/meshrun" --standalone --nproc-per-node 2 "$BUILD/bench/meshrt-bench" \
+  --impl gloo --coll all_reduce,all_gather,reduce_scatter,broadcast -b 8 -e 64K -f 64 -n 3 \
+  --json "$OUT/mb_raw.json" > "$OUT/mb_raw.out" 2>&1 &&
+  summary=$(check_table "$OUT/mb_raw.out" "$OUT/mb_raw.json" 4); then
+  echo "bench_smoke: meshrt-bench --impl gloo ok ($summary)"
+else
+  fail "meshrt-bench --impl gloo: ${summary:-exited with an error}"
+  tail -20 "$OUT/mb_raw.out" >&2
+fi
+if [ -z "$torch_flag" ]; then
+  port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  pids=()
+  for r in 0 1; do
+    RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port GLOO_SOCKET_IFNAME=lo \
+      OMP_NUM_THREADS=1 timeout 60 /usr/bin/python3 "$SRC/bench/torch_meshrt_bench.py" --coll all \
+      -b 8 -e 64K -f 64 -n 3 --json "$OUT/tm.json" > "$OUT/tm.$r.out" 2>&1 &
+    pids+=($!)
+  done
+  rc=0
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  if [ $rc -eq 0 ] && [ "$(grep -c '"wrong": 0' "$OUT/tm.0.out")" -eq 24 ]; then
+    echo "bench_smoke: torch_meshrt_bench.py ok (24 rows checked)"
+  else
+    fail "torch_meshrt_bench.py"
+    tail -20 "$OUT/tm.0.out" "$OUT/tm.1.out" >&2
+  fi
 fi
 if timeout 60 "$BUILD/bench/meshrt-bench" --inproc 2 --mesh 1x2 --dim-names dp,tp --dim tp \
   "${mb_args[@]}" -d bfloat16 -o max --json "$OUT/mb_inproc.json" > "$OUT/mb_inproc.out" 2>&1 &&
