@@ -3,7 +3,7 @@
 # interleaved rounds, ending with one ratio line per comparison and a PNG of busbw against size.
 #
 #   bench/meshrt_bench_compare.sh BUILD_DIR [-r ROUNDS] [-w "2 4"] [-o OUT_DIR] [-t SECONDS]
-#                                 [--plot PNG] [--contended]
+#                                 [-e MAXBYTES] [--plot PNG] [--contended]
 #
 # BUILD_DIR holds a built bench/meshrt-bench (use a release build for figures: meson setup
 # build-release --buildtype=release && ninja -C build-release bench/meshrt-bench). Each round
@@ -11,8 +11,9 @@
 #   meshrt  bench/meshrt-bench over meshrt's Gloo backend
 #   gloo    bench/meshrt-bench --impl gloo: the same loop on libgloo called directly, same binary
 #   torch   bench/torch_meshrt_bench.py: the same loop with torch.distributed (/usr/bin/python3)
-# each twice: a latency pass (8 B, -w 50 -n 500) and a bandwidth pass (1 KiB .. 64 MiB, x4,
-# -w 1 -n 5), over all_reduce, all_gather, reduce_scatter and broadcast, results checked (#wrong).
+# each twice: a latency pass (8 B, -w 50 -n 500) and a bandwidth pass (4 KiB .. MAXBYTES, x4,
+# -w 1 -n 5; -e 64M by default), over all_reduce, all_gather, reduce_scatter and broadcast,
+# results checked (#wrong).
 # Ranks start with RANK/WORLD_SIZE/MASTER_ADDR=127.0.0.1/MASTER_PORT (a fresh port per group),
 # GLOO_SOCKET_IFNAME=lo and OMP_NUM_THREADS=1 (torchrun's and meshrun's default), each bounded
 # by `timeout`. Ratios pair the impls of one round: busbw
@@ -21,16 +22,17 @@
 # --plot writes busbw against size (medians over rounds, first world size) with gnuplot.
 # --contended keeps a shell loop spinning for the whole run (the other core busy).
 set -u -o pipefail
-usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 [ $# -ge 1 ] || usage
 BUILD=$1; shift
-ROUNDS=7 WORLDS="2" OUT="" LIMIT=300 PLOT="" CONTENDED=0
+ROUNDS=7 WORLDS="2" OUT="" LIMIT=300 PLOT="" CONTENDED=0 MAXBYTES=64M
 while [ $# -gt 0 ]; do
   case $1 in
     -r) ROUNDS=$2; shift 2 ;;
     -w) WORLDS=$2; shift 2 ;;
     -o) OUT=$2; shift 2 ;;
     -t) LIMIT=$2; shift 2 ;;
+    -e) MAXBYTES=$2; shift 2 ;;
     --plot) PLOT=$2; shift 2 ;;
     --contended) CONTENDED=1; shift ;;
     *) usage ;;
@@ -44,7 +46,7 @@ MB="$BUILD/bench/meshrt-bench"
 mkdir -p "$OUT"
 COLLS=all_reduce,all_gather,reduce_scatter,broadcast
 PASSES=(lat bw)
-declare -A PASS_ARGS=([lat]="-b 8 -e 8 -w 50 -n 500" [bw]="-b 1K -e 64M -f 4 -w 1 -n 5")
+declare -A PASS_ARGS=([lat]="-b 8 -e 8 -w 50 -n 500" [bw]="-b 4K -e $MAXBYTES -f 4 -w 1 -n 5")
 {
   echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); commit $(git -C "$HERE" rev-parse --short HEAD 2>/dev/null)"
   echo "build: $BUILD ($(meson introspect "$BUILD" --buildoptions 2>/dev/null | $PY -c \
