@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A few-second smoke of every bench in bench/, so that each keeps building and running and, where
-# it checks its results (collective_bench, torch_bench.py), stays correct. Not a timing: figures
-# come from docs/performance.md's commands on a release build. analyzer_bench is left out: its
-# fixture alone (1024 dumps) takes ~30 s here; the analyzer suite covers its code.
+# it checks its results (collective_bench, torch_bench.py, meshrt-bench and its raw-Gloo and torch
+# sides), stays correct. Not a timing: figures come from docs/performance.md's commands on a
+# release build. analyzer_bench is left out: its fixture alone (1024 dumps) takes ~30 s here; the
+# analyzer suite covers its code.
 #
 #   bench/smoke.sh BUILD_DIR SOURCE_DIR   (meson test bench_smoke)
 set -uo pipefail
