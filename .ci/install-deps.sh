@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what meshrt needs on Debian 12 (as root), skipping apt when everything is present.
-# Usage: .ci/install-deps.sh [--bench]   (--bench adds python3-torch for the comparisons)
+# Usage: .ci/install-deps.sh [--bench]   (--bench adds python3-torch for the comparisons and
+# gnuplot-nox for bench/meshrt_bench_compare.sh's busbw plot)
 set -euo pipefail
 
 packages=(
@@ -13,7 +14,7 @@ packages=(
   prometheus  # tests/exports_test lints the Prometheus export with promtool
 )
 if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(python3-torch)
+  packages+=(python3-torch gnuplot-nox)
 fi
 
 missing=()

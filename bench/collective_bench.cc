@@ -22,14 +22,9 @@
 // all_gather's size is its output (world x block), reduce_scatter's its input; busbw factors are
 // all_reduce 2(n-1)/n, all_gather and reduce_scatter (n-1)/n, broadcast 1; GB/s = 1e9 B/s.
 #include <fmt/format.h>
-#include <gloo/allgather.h>
 #include <gloo/allreduce.h>
-#include <gloo/barrier.h>
-#include <gloo/broadcast.h>
 #include <gloo/math.h>
 #include <gloo/reduce_scatter.h>
-#include <gloo/rendezvous/context.h>
-#include <gloo/transport/tcp/device.h>
 
 #include <algorithm>
 #include <chrono>
@@ -45,10 +40,8 @@
 #include <vector>
 
 #include "bench/handoff_runner.h"
+#include "bench/raw_gloo.h"
 #include "mesh/meshrt.h"
-#include "runtime/backends/gloo/gloo_store.h"
-#include "runtime/store/prefix_store.h"
-#include "runtime/store/tcp_store.h"
 
 namespace {
 
@@ -136,73 +129,7 @@ bool listed(const std::string& list, const std::string& item) {
 }
 bool wants(const Args& a, const std::string& op) { return listed(a.ops, op); }
 
-// The raw Gloo side, and the control channel of the benchmark itself (barriers, MAX of times).
-class RawGloo {
- public:
-  RawGloo(int rank, int size, const std::string& host, uint16_t port, const std::string& iface,
-          const std::string& run_id) {
-    meshrt::TcpStoreOptions so;
-    so.host = host;
-    so.port = port;
-    so.connect_timeout = 60s;
-    so.timeout = 60s;
-    auto client = std::make_shared<meshrt::TcpStore>(so);
-    auto prefixed = std::make_shared<meshrt::PrefixStore>("bench/raw/" + run_id, client);
-    meshrt::GlooStore store(prefixed, 60s);
-    gloo::transport::tcp::attr attr;
-    if (!iface.empty()) {
-      attr.iface = iface;
-    } else {
-      attr.hostname = "127.0.0.1";
-    }
-    device_ = gloo::transport::tcp::CreateDevice(attr);
-    auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
-    ctx->setTimeout(120s);
-    ctx->connectFullMesh(store, device_);
-    context_ = ctx;
-  }
-
-  const std::shared_ptr<gloo::Context>& context() const { return context_; }
-  // Tags like ProcessGroupGloo's: one per op, equal on all ranks.
-  uint32_t next_tag() { return tag_++; }
-
-  void barrier() {
-    gloo::BarrierOptions o(context_);
-    o.setTag(next_tag());
-    gloo::barrier(o);
-  }
-
-  template <typename T>
-  void all_reduce(T* data, size_t n,
-                  void (*fn)(void*, const void*, const void*, size_t) = &gloo::sum<T>) {
-    gloo::AllreduceOptions o(context_);
-    o.setOutput(data, n);
-    o.setReduceFunction(fn);
-    o.setTag(next_tag());
-    gloo::allreduce(o);
-  }
-
-  void all_gather(float* in, size_t block, float* out) {
-    gloo::AllgatherOptions o(context_);
-    o.setInput(in, block);
-    o.setOutput(out, block * static_cast<size_t>(context_->size));
-    o.setTag(next_tag());
-    gloo::allgather(o);
-  }
-
-  void broadcast(float* data, size_t n, int root) {
-    gloo::BroadcastOptions o(context_);
-    o.setOutput(data, n);
-    o.setRoot(root);
-    o.setTag(next_tag());
-    gloo::broadcast(o);
-  }
-
- private:
-  std::shared_ptr<gloo::transport::Device> device_;
-  std::shared_ptr<gloo::Context> context_;
-  uint32_t tag_ = 1;
-};
+using RawGloo = meshrt::bench::RawGloo;
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A few-second smoke of every bench in bench/, so that each keeps building and running and, where
-# it checks its results (collective_bench, torch_bench.py), stays correct. Not a timing: figures
-# come from docs/performance.md's commands on a release build. analyzer_bench is left out: its
-# fixture alone (1024 dumps) takes ~30 s here; the analyzer suite covers its code.
+# it checks its results (collective_bench, torch_bench.py, meshrt-bench and its raw-Gloo and torch
+# sides), stays correct. Not a timing: figures come from docs/performance.md's commands on a
+# release build. analyzer_bench is left out: its fixture alone (1024 dumps) takes ~30 s here; the
+# analyzer suite covers its code.
 #
 #   bench/smoke.sh BUILD_DIR SOURCE_DIR   (meson test bench_smoke)
 set -uo pipefail
@@ -60,6 +61,90 @@ if [ "${ok:-0}" -lt 8 ] || [ "${bad:-0}" -ne 0 ]; then
 else
   echo "bench_smoke: collective_bench ok ($ok results checked${torch_flag:+, torch not installed})"
 fi
+
+# meshrt-bench: every collective on 2 real processes over Gloo (meshrun) and on 2 in-process
+# ranks with a 1x2 mesh dim; fails on any #wrong, a malformed table or JSON that disagrees.
+# check_table OUT JSON [COLLECTIVES]: nccl-tests' 13 columns per row, every #wrong 0, one "Out
+# of bounds" and one "Avg bus bandwidth" line per collective (9 unless given), and the JSON
+# holding the same rows.
+check_table() {
+  /usr/bin/python3 - "$1" "$2" "${3:-9}" << 'PY'
+import json, re, sys
+lines = [re.sub(r"^\[rank\d+\]: ", "", l.rstrip("\n")) for l in open(sys.argv[1])]
+rows = [l.split() for l in lines if l.strip() and not l.startswith("#")]
+rows = [r for r in rows if not r[0].startswith("meshrun:")]
+colls = int(sys.argv[3])
+bad = [r for r in rows if len(r) != 13 or not all(re.fullmatch(r"-?[0-9.]+", x)
+       for x in r[:2] + r[4:]) or r[8] != "0" or r[12] != "0"]
+oob = sum(l == "# Out of bounds values : 0 OK" for l in lines)
+avg = sum(l.startswith("# Avg bus bandwidth    : ") for l in lines)
+doc = json.load(open(sys.argv[2]))
+jbad = [r for r in doc["rows"] if r["wrong"] != 0]
+ok = rows and not bad and oob == colls and avg == colls and len(doc["rows"]) == 2 * len(rows) \
+  and not jbad
+print(f"{len(rows)} rows, {oob} collectives checked, {len(doc['rows'])} JSON rows" if ok else
+      f"bad rows {bad[:3]}, {oob} ok collectives of {colls}, {avg} averages, JSON wrong {jbad[:3]}")
+sys.exit(0 if ok else 1)
+PY
+}
+mb_args=(--coll all -b 8 -e 64K -f 64 -w 1 -n 3)
+if timeout 60 "$BUILD/meshrun" --standalone --nproc-per-node 2 "$BUILD/bench/meshrt-bench" \
+  "${mb_args[@]}" --json "$OUT/mb_gloo.json" > "$OUT/mb_gloo.out" 2>&1 &&
+  summary=$(check_table "$OUT/mb_gloo.out" "$OUT/mb_gloo.json"); then
+  echo "bench_smoke: meshrt-bench gloo ok ($summary)"
+else
+  fail "meshrt-bench over gloo: ${summary:-exited with an error}"
+  tail -20 "$OUT/mb_gloo.out" >&2
+fi
+# The raw-Gloo and PyTorch sides of bench/meshrt_bench_compare.sh, on the four ops they share.
+if timeout 60 "$BUILD/meshrun" --standalone --nproc-per-node 2 "$BUILD/bench/meshrt-bench" \
+  --impl gloo --coll all_reduce,all_gather,reduce_scatter,broadcast -b 8 -e 64K -f 64 -n 3 \
+  --json "$OUT/mb_raw.json" > "$OUT/mb_raw.out" 2>&1 &&
+  summary=$(check_table "$OUT/mb_raw.out" "$OUT/mb_raw.json" 4); then
+  echo "bench_smoke: meshrt-bench --impl gloo ok ($summary)"
+else
+  fail "meshrt-bench --impl gloo: ${summary:-exited with an error}"
+  tail -20 "$OUT/mb_raw.out" >&2
+fi
+if [ -z "$torch_flag" ]; then
+  port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  pids=()
+  for r in 0 1; do
+    RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port GLOO_SOCKET_IFNAME=lo \
+      OMP_NUM_THREADS=1 timeout 60 /usr/bin/python3 "$SRC/bench/torch_meshrt_bench.py" --coll all \
+      -b 8 -e 64K -f 64 -n 3 --json "$OUT/tm.json" > "$OUT/tm.$r.out" 2>&1 &
+    pids+=($!)
+  done
+  rc=0
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  if [ $rc -eq 0 ] && [ "$(grep -c '"wrong": 0' "$OUT/tm.0.out")" -eq 24 ]; then
+    echo "bench_smoke: torch_meshrt_bench.py ok (24 rows checked)"
+  else
+    fail "torch_meshrt_bench.py"
+    tail -20 "$OUT/tm.0.out" "$OUT/tm.1.out" >&2
+  fi
+fi
+if timeout 60 "$BUILD/bench/meshrt-bench" --inproc 2 --mesh 1x2 --dim-names dp,tp --dim tp \
+  "${mb_args[@]}" -d bfloat16 -o max --json "$OUT/mb_inproc.json" > "$OUT/mb_inproc.out" 2>&1 &&
+  summary=$(check_table "$OUT/mb_inproc.out" "$OUT/mb_inproc.json"); then
+  echo "bench_smoke: meshrt-bench inproc mesh dim ok ($summary)"
+else
+  fail "meshrt-bench in-process: ${summary:-exited with an error}"
+  tail -20 "$OUT/mb_inproc.out" >&2
+fi
+
+# store_ops_bench and torch_store_bench.py (bench/store_compare.sh's two sides): a moment each.
+for side in "$BUILD/bench/store_ops_bench" "$BUILD/bench/store_ops_bench --echo" \
+  "/usr/bin/python3 $SRC/bench/torch_store_bench.py"; do
+  if [[ $side == *python3* ]] && [ -n "$torch_flag" ]; then continue; fi
+  if timeout 60 $side --clients 2 --ops 50 > "$OUT/store.out" 2>&1 &&
+    grep -q '"add_ops_s": [1-9]' "$OUT/store.out"; then
+    echo "bench_smoke: ${side##*/} ok"
+  else
+    fail "${side##*/}"
+    tail -5 "$OUT/store.out" >&2
+  fi
+done
 
 # mpi_bench: 2 ranks under mpirun over shared memory, where MPI is built in.
 if [ -x "$BUILD/bench/mpi_bench" ] && command -v mpirun > /dev/null; then
