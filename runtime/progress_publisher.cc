@@ -51,7 +51,7 @@ int64_t began_ns(const trace::OpRecord& r) { return r.start_ns != 0 ? r.start_ns
 }  // namespace
 
 void ProgressPublisher::tick(const std::vector<CommSample>& comms, Store* store) {
-  if (options_.period.count() == 0) return;
+  if (!enabled()) return;
   const int64_t now = trace::steady_now_ns();
   std::vector<int> ranks;
   for (const CommSample& c : comms) {

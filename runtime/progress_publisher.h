@@ -49,6 +49,9 @@ class ProgressPublisher {
  public:
   explicit ProgressPublisher(ProgressOptions options);
 
+  // False when MESHRT_PROGRESS_PERIOD_MS=0: the watchdog then samples nothing.
+  bool enabled() const { return options_.period.count() > 0; }
+
   // Called every watchdog poll with the communicators of this process: tracks when each local
   // rank was last seen in an op, and publishes / answers requests when their period is due.
   void tick(const std::vector<CommSample>& comms, Store* store);

@@ -87,6 +87,7 @@ void Watchdog::progress_all() {
 }
 
 void Watchdog::publish_progress() {
+  if (!progress_.enabled()) return;
   std::vector<CommSample> samples;
   std::shared_ptr<Store> store;
   {
