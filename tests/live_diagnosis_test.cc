@@ -103,7 +103,8 @@ Seen run_stalled(const std::string& mode, const std::map<std::string, std::strin
     const std::string e = read_all(err);
     if (auto line = line_with(e, "meshrun: stall ")) {
       seen.verdict = *line;
-      seen.to_verdict = Clock::now() - stall_at.value_or(Clock::now());
+      // Without a "step 3" line the stall was never seen to begin: count that as too late.
+      seen.to_verdict = stall_at ? Clock::now() - *stall_at : Clock::duration::max();
       seen.timed_out_first = e.find("[timeout]") < e.find("meshrun: stall ");
       break;
     }
