@@ -11,6 +11,7 @@
 
 #include "launcher/child_process.h"
 #include "launcher/files.h"
+#include "launcher/live_monitor.h"
 #include "launcher/output_prefixer.h"
 #include "launcher/post_mortem.h"
 #include "launcher/signals.h"
@@ -310,7 +311,19 @@ AttemptOutcome Agent::run_attempt(int attempt) {
         {std::move(err.read), prefix, err_route.console ? 2 : -1, err_route.file ? log : nullptr});
   }
   OutputPrefixer output(std::move(streams));
-  monitor(attempt, ranks, job);
+  {
+    // Node 0 watches the ranks' live progress for stalls while the attempt runs.
+    std::unique_ptr<LiveMonitor> live;
+    if (me.node_rank == 0) {
+      live = std::make_unique<LiveMonitor>(
+          live_monitor_options_from_env(),
+          std::make_shared<PrefixStore>(fmt::format("meshrt/{}/{}", options_.run_id, attempt),
+                                        rendezvous_->client()),
+          rendezvous_->world_size(), attempt_dir(attempt) + "/live",
+          find_meshtrace(executable_dir()), [](const std::string& line) { say("{}", line); });
+    }
+    monitor(attempt, ranks, job);
+  }
   output.finish(kOutputDrain);
 
   std::vector<RankStatus> mine;

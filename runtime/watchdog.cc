@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <thread>
@@ -51,7 +52,8 @@ Watchdog& Watchdog::instance() {
   return *w;
 }
 
-Watchdog::Watchdog() : options_(watchdog_options_from_env()) {}
+Watchdog::Watchdog()
+    : options_(watchdog_options_from_env()), progress_(progress_options_from_env()) {}
 
 void Watchdog::add(Watched* comm) {
   std::lock_guard lock(mu_);
@@ -82,6 +84,28 @@ void Watchdog::progress_all() {
     comms = comms_;
   }
   for (Watched* c : comms) c->progress();
+}
+
+void Watchdog::publish_progress() {
+  if (!progress_.enabled()) return;
+  std::vector<CommSample> samples;
+  std::shared_ptr<Store> store;
+  {
+    std::lock_guard lock(mu_);
+    store = store_;
+    for (Watched* c : comms_) {
+      if (auto rec = c->running_record(); rec && rec->comm) {
+        samples.push_back({rec->comm, std::move(rec)});
+      }
+    }
+  }
+  // Communicators with nothing running, from the recorder's list of live ones.
+  for (auto& info : trace::FlightRecorder::instance().comms()) {
+    const bool seen = std::any_of(samples.begin(), samples.end(),
+                                  [&](const CommSample& s) { return s.info == info; });
+    if (!seen) samples.push_back({std::move(info), std::nullopt});
+  }
+  progress_.tick(samples, store.get());
 }
 
 void Watchdog::set_job_store(std::shared_ptr<Store> store, std::string run_id, int world_size) {
@@ -139,6 +163,7 @@ void Watchdog::loop() {
     poll_pipe();
     progress_all();
     scan_timeouts();
+    publish_progress();
     if (std::chrono::steady_clock::now() >= next_signal_poll) {
       poll_remote_signal();
       next_signal_poll = std::chrono::steady_clock::now() + options_.signal_poll;

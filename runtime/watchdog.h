@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/progress_publisher.h"
 #include "runtime/store/store.h"
 #include "trace/flight_recorder.h"
 
@@ -101,6 +102,8 @@ class Watchdog {
   void monitor_loop();
   void scan_timeouts();
   void progress_all();
+  // Live progress (runtime/progress_publisher.h): samples every communicator, publishes when due.
+  void publish_progress();
   void poll_pipe();
   void fire(trace::DumpReason reason, const trace::DumpTrigger& trigger);
   void dump_once(trace::DumpReason reason, const trace::DumpTrigger* trigger);
@@ -130,6 +133,7 @@ class Watchdog {
   std::atomic<uint64_t> heartbeat_{0};
   std::atomic<int64_t> stall_ms_{0};
   int pipe_fd_ = -1;
+  ProgressPublisher progress_;  // Used by the watchdog thread only.
 };
 
 }  // namespace meshrt

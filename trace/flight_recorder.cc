@@ -88,6 +88,8 @@ std::string_view dump_reason_name(DumpReason reason) {
       return "api";
     case DumpReason::kHeartbeat:
       return "heartbeat";
+    case DumpReason::kStall:
+      return "stall";
   }
   return "unknown";
 }
@@ -140,6 +142,11 @@ FlightRecorder::~FlightRecorder() = default;
 void FlightRecorder::register_comm(std::shared_ptr<const CommInfo> comm) {
   std::lock_guard lock(mu_);
   comms_.push_back(std::move(comm));
+}
+
+std::vector<std::shared_ptr<const CommInfo>> FlightRecorder::comms() const {
+  std::lock_guard lock(mu_);
+  return comms_;
 }
 
 void FlightRecorder::unregister_comm(const CommInfo* comm) {

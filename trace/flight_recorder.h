@@ -20,9 +20,10 @@ namespace meshrt::trace {
 enum class DumpFormat { kJson, kPickle };
 
 // Why a dump was written.
-enum class DumpReason { kTimeout, kFailure, kRemote, kSignal, kPipe, kApi, kHeartbeat };
+// kStall: the live monitor saw a stall (MESHRT_DUMP_ON_STALL=1, or its snapshot request).
+enum class DumpReason { kTimeout, kFailure, kRemote, kSignal, kPipe, kApi, kHeartbeat, kStall };
 
-// Returns "timeout", "failure", "remote", "signal", "pipe", "api" or "heartbeat".
+// Returns "timeout", "failure", "remote", "signal", "pipe", "api", "heartbeat" or "stall".
 std::string_view dump_reason_name(DumpReason reason);
 
 // The op that caused a dump, as the watchdog saw it.
@@ -99,6 +100,8 @@ class FlightRecorder : public Sink {
   // Global ranks with a communicator in this process (one, or all of an in-process world); when
   // none is left, the ranks of the retained records.
   std::vector<int> local_ranks() const;
+  // The live communicators of this process (their identity and progress counters).
+  std::vector<std::shared_ptr<const CommInfo>> comms() const;
 
   // The dump of `rank` in `format`, as bytes.
   std::string render(int rank, DumpFormat format, DumpReason reason,

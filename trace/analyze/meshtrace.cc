@@ -10,6 +10,7 @@
 #include "trace/analyze/analyzer.h"
 #include "trace/analyze/format.h"
 #include "trace/analyze/job_report.h"
+#include "trace/analyze/live_verdict.h"
 #include "trace/atomic_file.h"
 #include "trace/chrome_trace.h"
 
@@ -107,6 +108,17 @@ int main(int argc, char** argv) {
                      "Dump file name prefix before the rank (default: inferred)");
   report->add_option("-o,--output", report_out, "The page (default: DIR/report.html)");
 
+  std::string stall_dir;
+  std::string stall_prefix = "fr_";
+  CLI::App* stall = app.add_subcommand(
+      "stall",
+      "Print the live verdict on a stalled job in one line: DIR holds the ranks' flight-recorder "
+      "snapshots (<prefix><rank>) and progress records (progress_<rank>.json) that meshrun "
+      "gathered; they are matched with analyze's rules (docs/diagnosis.md).");
+  stall->footer("Exit status: 0 a verdict was printed, 2 bad input or arguments.");
+  stall->add_option("DIR", stall_dir, "Directory of snapshots and progress records")->required();
+  stall->add_option("-p,--prefix", stall_prefix, "Snapshot file name prefix before the rank");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -123,6 +135,16 @@ int main(int argc, char** argv) {
       }
       return 0;
     } catch (const std::exception& e) {
+      std::fprintf(stderr, "meshtrace: error: %s\n", e.what());
+      return kBadInput;
+    }
+  }
+  if (stall->parsed()) {
+    try {
+      std::printf("%s\n",
+                  meshrt::trace::live_verdict_from_directory(stall_dir, stall_prefix).c_str());
+      return kOk;
+    } catch (const meshrt::trace::InputError& e) {
       std::fprintf(stderr, "meshtrace: error: %s\n", e.what());
       return kBadInput;
     }

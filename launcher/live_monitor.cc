@@ -1,0 +1,162 @@
+#include "launcher/live_monitor.h"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "launcher/files.h"
+#include "launcher/post_mortem.h"
+#include "runtime/store/live_keys.h"
+#include "trace/atomic_file.h"
+#include "trace/env.h"
+
+namespace meshrt::launcher {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+int64_t wall_now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+LiveMonitorOptions live_monitor_options_from_env() {
+  LiveMonitorOptions o;
+  if (auto s = trace::env::get_int({"MESHRT_STALL_S"}, 0, 86400)) o.stall = milliseconds(*s * 1000);
+  return o;
+}
+
+std::optional<LongestOp> longest_in_record(const std::string& record, int64_t now_wall_ns) {
+  const auto j = nlohmann::json::parse(record, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  LongestOp longest;
+  try {
+    // The record was published up to a period ago: its ops have run that much longer since.
+    const int64_t age_ms =
+        std::max<int64_t>(0, (now_wall_ns - j.at("wall_ns").get<int64_t>()) / 1'000'000);
+    for (const auto& c : j.at("comms")) {
+      const auto& f = c.at("in_flight");
+      if (f.is_null()) continue;
+      const int64_t ms = f.at("running_ms").get<int64_t>() + age_ms;
+      if (longest.rank >= 0 && ms <= longest.running_ms) continue;
+      longest = {j.at("rank").get<int>(), c.at("name").get<std::string>(),
+                 f.at("op").get<std::string>(), f.at("seq").get<int64_t>(), ms};
+    }
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;
+  }
+  return longest;
+}
+
+LiveMonitor::LiveMonitor(LiveMonitorOptions options, std::shared_ptr<Store> job, int world_size,
+                         std::string dir, std::string meshtrace,
+                         std::function<void(const std::string&)> say)
+    : options_(options),
+      job_(std::move(job)),
+      world_size_(world_size),
+      dir_(std::move(dir)),
+      meshtrace_(std::move(meshtrace)),
+      say_(std::move(say)) {
+  if (options_.stall.count() > 0) thread_ = std::thread([this] { loop(); });
+}
+
+LiveMonitor::~LiveMonitor() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+LongestOp LiveMonitor::read_progress(std::vector<std::string>* records,
+                                     std::vector<LongestOp>* per_rank) {
+  LongestOp longest;
+  per_rank->assign(world_size_, LongestOp{});
+  records->assign(world_size_, "");
+  const int64_t now = wall_now_ns();
+  for (int r = 0; r < world_size_; ++r) {
+    const std::string k = live_keys::progress(r);
+    if (!job_->check({&k, 1})) continue;
+    (*records)[r] = to_string(job_->get(k, milliseconds(1000)));
+    const auto l = longest_in_record((*records)[r], now);
+    if (l) (*per_rank)[r] = *l;
+    if (l && l->rank >= 0 && (longest.rank < 0 || l->running_ms > longest.running_ms)) {
+      longest = *l;
+    }
+  }
+  return longest;
+}
+
+std::string LiveMonitor::verdict(const LongestOp& stalled,
+                                 const std::vector<std::string>& records) {
+  const std::string fallback =
+      fmt::format("stall {} s: {} {} #{} on rank {}", (stalled.running_ms + 500) / 1000,
+                  stalled.group, stalled.op, stalled.seq, stalled.rank);
+  const int64_t request = job_->add(live_keys::kSnapshotRequest, 1);
+  const std::string dir = fmt::format("{}/{}", dir_, request);
+  make_dirs(dir);
+  // Every rank's watchdog answers within its request poll (250 ms); a dead or wedged one never
+  // does, and the analyzer then reports what the others show.
+  std::vector<bool> got(world_size_, false);
+  int missing = world_size_;
+  const auto deadline = Clock::now() + options_.snapshot_wait;
+  while (missing > 0 && Clock::now() < deadline && !stop_) {
+    for (int r = 0; r < world_size_; ++r) {
+      const std::string k = live_keys::snapshot(request, r);
+      if (got[r] || !job_->check({&k, 1})) continue;
+      got[r] = true;
+      --missing;
+      trace::write_file_atomically(fmt::format("{}/fr_{}", dir, r),
+                                   to_string(job_->get(k, milliseconds(1000))));
+      job_->delete_key(k);
+    }
+    if (missing > 0) std::this_thread::sleep_for(milliseconds(50));
+  }
+  for (int r = 0; r < world_size_; ++r) {
+    if (!records[r].empty()) {
+      trace::write_file_atomically(fmt::format("{}/progress_{}.json", dir, r), records[r]);
+    }
+  }
+  if (meshtrace_.empty()) return fallback + " (no meshtrace to name the culprit)";
+  const MeshtraceRun run =
+      run_meshtrace(meshtrace_, {"stall", dir, "--prefix", "fr_"}, options_.meshtrace_timeout);
+  std::string line = run.output.substr(0, run.output.find('\n'));
+  if (run.exit_code != 0 || line.empty()) {
+    return fmt::format("{} (meshtrace stall failed: {})", fallback, run.output);
+  }
+  return line;
+}
+
+void LiveMonitor::loop() {
+  std::optional<LongestOp> stalled;  // The op of the stall reported, until it clears.
+  Clock::time_point next = Clock::now();
+  while (!stop_) {
+    std::this_thread::sleep_for(milliseconds(50));
+    if (Clock::now() < next) continue;
+    next = Clock::now() + options_.poll;
+    try {
+      std::vector<std::string> records;
+      std::vector<LongestOp> per_rank;
+      const LongestOp longest = read_progress(&records, &per_rank);
+      const bool over = longest.rank >= 0 && longest.running_ms >= options_.stall.count();
+      // The stall lasts while the op it was reported for still runs on its rank (other ranks'
+      // ops of the same stall may be as old: the longest alone would flap between them).
+      if (stalled && !per_rank[stalled->rank].same_op(*stalled)) {
+        say_(fmt::format("stall cleared: {} {} #{} on rank {} is no longer stuck", stalled->group,
+                         stalled->op, stalled->seq, stalled->rank));
+        stalled.reset();
+      }
+      if (over && !stalled) {
+        stalled = longest;
+        say_(verdict(longest, records));
+      }
+    } catch (const std::exception& e) {
+      // The store is gone when the job ends; the monitor has nothing left to watch.
+      if (!stop_) say_(fmt::format("live monitor stopped: {}", e.what()));
+      return;
+    }
+  }
+}
+
+}  // namespace meshrt::launcher

@@ -1,0 +1,79 @@
+// The live monitor (docs/diagnosis.md): on node 0, while an attempt runs, it reads every rank's
+// progress record from the job's store each second; when an op has run longer than
+// MESHRT_STALL_S on some rank it asks every rank for a flight-recorder snapshot, writes the
+// snapshots and records to the attempt directory and has `meshtrace stall` (the analyzer's own
+// matching) print the verdict; it says so again when the stall clears. It only reads: the job
+// goes on (MESHRT_DUMP_ON_STALL=1 makes the ranks dump too, as for a timeout).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/store/store.h"
+
+namespace meshrt::launcher {
+
+// Settings of the live monitor.
+struct LiveMonitorOptions {
+  std::chrono::milliseconds stall{10000};  // MESHRT_STALL_S (seconds); 0 turns the monitor off.
+  std::chrono::milliseconds poll{1000};    // How often the progress records are read.
+  std::chrono::milliseconds snapshot_wait{3000};  // Bound on the ranks' answers to a request.
+  std::chrono::milliseconds meshtrace_timeout{20000};
+};
+
+// Reads MESHRT_STALL_S.
+LiveMonitorOptions live_monitor_options_from_env();
+
+// The op that has run longest on any rank, from the ranks' progress records.
+struct LongestOp {
+  int rank = -1;  // -1: nothing in flight.
+  std::string group;
+  std::string op;
+  int64_t seq = 0;
+  int64_t running_ms = 0;
+  bool same_op(const LongestOp& o) const {
+    return rank == o.rank && group == o.group && op == o.op && seq == o.seq;
+  }
+};
+
+// The longest op in flight in one progress record (runtime/progress_publisher.h), its running
+// time advanced by the record's age; nullopt for text that is not a record.
+std::optional<LongestOp> longest_in_record(const std::string& record, int64_t now_wall_ns);
+
+// Watches one attempt from a thread of its own; stops when destroyed.
+class LiveMonitor {
+ public:
+  // `job`: the attempt's namespace of the store; `dir`: where snapshots go; `meshtrace`: the
+  // binary (empty: the verdict is only the stalled op); `say` prints one line of meshrun's.
+  LiveMonitor(LiveMonitorOptions options, std::shared_ptr<Store> job, int world_size,
+              std::string dir, std::string meshtrace, std::function<void(const std::string&)> say);
+  ~LiveMonitor();
+
+  LiveMonitor(const LiveMonitor&) = delete;
+  LiveMonitor& operator=(const LiveMonitor&) = delete;
+
+ private:
+  void loop();
+  // Reads the records; returns the longest op in flight, and fills the raw records and each
+  // rank's longest op (rank -1 when none) by rank.
+  LongestOp read_progress(std::vector<std::string>* records, std::vector<LongestOp>* per_rank);
+  // Asks for snapshots, writes them with `records` and runs meshtrace; returns the verdict.
+  std::string verdict(const LongestOp& stalled, const std::vector<std::string>& records);
+
+  LiveMonitorOptions options_;
+  std::shared_ptr<Store> job_;
+  int world_size_;
+  std::string dir_;
+  std::string meshtrace_;
+  std::function<void(const std::string&)> say_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace meshrt::launcher
