@@ -10,6 +10,7 @@
 
 #include "mesh/meshrt.h"
 #include "meshrt_config.h"
+#include "runtime/backends/gloo/gloo_signature.h"
 #include "runtime/validation.h"
 #include "trace/bandwidth.h"
 #include "trace/env.h"
@@ -401,6 +402,31 @@ TEST(ValidationShape, TooManyDims) {
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(), "meshrt [invalid_argument]: a shape has at most 8 dims, got 9");
   }
+}
+
+TEST(GlooSignature, TagsKeepTheSeqAndSeparateEveryArgumentRanksMustShare) {
+  std::vector<float> f(8);
+  std::vector<int32_t> i(8);
+  Op base;
+  base.kind = OpKind::kAllReduce;
+  base.input = base.output = view(f);
+  base.collective_seq = 0x12345;
+  EXPECT_EQ(gloo_signature(base), "all_reduce of 8 x f32 (32 bytes), sum");
+  EXPECT_EQ(gloo_tag(base) & 0xffff, 0x2345u);
+  EXPECT_EQ(gloo_tag(base), gloo_tag(Op(base)));
+  std::vector<Op> others(4, base);
+  others[0].input = others[0].output = view(f).slice(0, 4);
+  others[1].input = others[1].output = view(i);
+  others[2].reduce_op = ReduceOp::kMax;
+  others[3].kind = OpKind::kBroadcast;
+  for (const Op& o : others) {
+    EXPECT_NE(gloo_signature(o), gloo_signature(base));
+    EXPECT_NE(gloo_tag(o), gloo_tag(base)) << gloo_signature(o);
+  }
+  Op b = others[3];
+  b.root = 1;
+  EXPECT_EQ(gloo_signature(b), "broadcast of 8 x f32 (32 bytes), root 1");
+  EXPECT_NE(gloo_tag(b), gloo_tag(others[3]));
 }
 
 // A sink that records the op names it saw, and one that throws.

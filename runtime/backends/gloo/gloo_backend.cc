@@ -20,6 +20,7 @@
 #include <mutex>
 #include <numeric>
 
+#include "runtime/backends/gloo/gloo_signature.h"
 #include "runtime/backends/gloo/gloo_store.h"
 #include "runtime/error.h"
 #include "runtime/store/prefix_store.h"
@@ -33,6 +34,10 @@ constexpr uint8_t kP2PSlotPrefix = 0x20;
 constexpr uint8_t kP2PHeaderSlotPrefix = 0x22;
 constexpr uint8_t kReduceScatterSlotPrefix = 0x21;
 constexpr uint8_t kOneShotSlotPrefix = 0x23;
+
+// How long a failed collective waits for its peers' signatures (gloo_diagnose): peers that passed
+// other sizes time out or see the pairs close at about the same moment.
+constexpr std::chrono::milliseconds kDiagnoseWait{2000};
 
 // Calls f(T{}) with the C++ element type of `dtype`: Gloo's setters are templates on it.
 template <typename F>
@@ -118,9 +123,11 @@ std::shared_ptr<gloo::Context> connect(const std::shared_ptr<Store>& store, cons
 
 class GlooBackend : public Backend {
  public:
-  GlooBackend(std::shared_ptr<Store> store, std::shared_ptr<gloo::transport::Device> device,
+  GlooBackend(std::shared_ptr<Store> store, const std::string& store_key,
+              std::shared_ptr<gloo::transport::Device> device,
               std::shared_ptr<gloo::Context> context, size_t one_shot_max_bytes)
       : store_(std::move(store)),
+        comm_store_(std::make_shared<PrefixStore>(store_key, store_)),
         device_(std::move(device)),
         context_(std::move(context)),
         one_shot_max_bytes_(one_shot_max_bytes) {}
@@ -136,8 +143,16 @@ class GlooBackend : public Backend {
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {
-      // An escaping Gloo exception would abort the process: always translate.
-      throw translate(e);
+      // An escaping Gloo exception would abort the process: always translate. A collective whose
+      // ranks passed different sizes fails here too (its messages never match): say so.
+      Error error = translate(e);
+      const bool p2p =
+          op.kind == OpKind::kSend || op.kind == OpKind::kRecv || op.kind == OpKind::kBatchP2P;
+      if (!p2p && error.code() != ErrorCode::kInvalidArgument) {
+        error = gloo_diagnose(op, context_->rank, context_->size, *comm_store_,
+                              std::min(op.timeout, kDiagnoseWait), std::move(error));
+      }
+      throw error;
     }
   }
 
@@ -153,7 +168,7 @@ class GlooBackend : public Backend {
         o.setTimeout(spec.timeout);
         gloo::barrier(o);
       }
-      return std::make_unique<GlooBackend>(store_, device_, std::move(context),
+      return std::make_unique<GlooBackend>(store_, spec.store_key, device_, std::move(context),
                                            one_shot_max_bytes_);
     } catch (const Error&) {
       throw;
@@ -168,7 +183,7 @@ class GlooBackend : public Backend {
   }
 
  private:
-  uint32_t tag(const Op& op) const { return static_cast<uint32_t>(op.collective_seq); }
+  uint32_t tag(const Op& op) const { return gloo_tag(op); }
 
   void dispatch(const Op& op) {
     // Gloo's all_gather divides by the element count: nothing to move, nothing to do (validation
@@ -473,6 +488,7 @@ class GlooBackend : public Backend {
   }
 
   std::shared_ptr<Store> store_;
+  std::shared_ptr<Store> comm_store_;  // store_ under this communicator's key.
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> context_;
   const size_t one_shot_max_bytes_;  // GlooConfig::one_shot_max_bytes.
@@ -498,8 +514,8 @@ std::unique_ptr<Backend> make_gloo_backend(const GlooConfig& config) {
     auto device = make_device(config);
     auto context =
         connect(config.store, config.store_key, config.rank, config.size, device, config.timeout);
-    return std::make_unique<GlooBackend>(config.store, std::move(device), std::move(context),
-                                         config.one_shot_max_bytes);
+    return std::make_unique<GlooBackend>(config.store, config.store_key, std::move(device),
+                                         std::move(context), config.one_shot_max_bytes);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
