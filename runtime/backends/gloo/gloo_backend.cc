@@ -35,9 +35,21 @@ constexpr uint8_t kP2PHeaderSlotPrefix = 0x22;
 constexpr uint8_t kReduceScatterSlotPrefix = 0x21;
 constexpr uint8_t kOneShotSlotPrefix = 0x23;
 
-// How long a failed collective waits for its peers' signatures (gloo_diagnose): peers that passed
-// other sizes time out or see the pairs close at about the same moment.
-constexpr std::chrono::milliseconds kDiagnoseWait{2000};
+// The most a collective keeps of its timeout for comparing signatures after Gloo failed
+// (gloo_diagnose): peers that passed other sizes time out or see the pairs close at about the same
+// moment. Kept back from Gloo's own timeout, so that the op still ends by its deadline.
+constexpr std::chrono::milliseconds kDiagnoseWait{1000};
+
+// The part of a collective's timeout kept for gloo_diagnose.
+std::chrono::milliseconds diagnose_reserve(const Op& op) {
+  return std::min(op.timeout / 4, kDiagnoseWait);
+}
+// What Gloo gets of `op`'s timeout: all of it for p2p, which needs no diagnosis.
+std::chrono::milliseconds gloo_timeout(const Op& op) {
+  const bool p2p =
+      op.kind == OpKind::kSend || op.kind == OpKind::kRecv || op.kind == OpKind::kBatchP2P;
+  return p2p ? op.timeout : op.timeout - diagnose_reserve(op);
+}
 
 // Calls f(T{}) with the C++ element type of `dtype`: Gloo's setters are templates on it.
 template <typename F>
@@ -146,11 +158,9 @@ class GlooBackend : public Backend {
       // An escaping Gloo exception would abort the process: always translate. A collective whose
       // ranks passed different sizes fails here too (its messages never match): say so.
       Error error = translate(e);
-      const bool p2p =
-          op.kind == OpKind::kSend || op.kind == OpKind::kRecv || op.kind == OpKind::kBatchP2P;
-      if (!p2p && error.code() != ErrorCode::kInvalidArgument) {
+      if (gloo_timeout(op) < op.timeout && error.code() != ErrorCode::kInvalidArgument) {
         error = gloo_diagnose(op, context_->rank, context_->size, *comm_store_,
-                              std::min(op.timeout, kDiagnoseWait), std::move(error));
+                              diagnose_reserve(op), std::move(error));
       }
       throw error;
     }
@@ -189,7 +199,7 @@ class GlooBackend : public Backend {
     // Gloo's all_gather divides by the element count: nothing to move, nothing to do (validation
     // guarantees the output is empty too).
     if (op.kind == OpKind::kAllGather && op.input.count == 0) return;
-    const auto timeout = op.timeout;
+    const auto timeout = gloo_timeout(op);
     const DType dtype = op.kind == OpKind::kScatter ? op.output.dtype : op.input.dtype;
     const size_t n = static_cast<size_t>(context_->size);
     const int rank = context_->rank;
@@ -392,7 +402,7 @@ class GlooBackend : public Backend {
     counts.setInput(sending.data(), n);
     counts.setOutput(incoming.data(), n);
     counts.setTag(tag(op));
-    counts.setTimeout(op.timeout);
+    counts.setTimeout(gloo_timeout(op));
     gloo::alltoall(counts);
     std::string mismatch;
     for (size_t j = 0; j < n; ++j) {
@@ -413,7 +423,7 @@ class GlooBackend : public Backend {
     o.setInput(typed<T>(op.input), sending);
     o.setOutput(out, incoming);
     o.setTag(tag(op) ^ 0x80000000u);  // The counts used tag(op).
-    o.setTimeout(op.timeout);
+    o.setTimeout(gloo_timeout(op));
     gloo::alltoallv(o);
     if (!mismatch.empty()) throw Error(ErrorCode::kInvalidArgument, {}, mismatch);
   }
@@ -445,7 +455,7 @@ class GlooBackend : public Backend {
     std::unique_ptr<gloo::transport::UnboundBuffer> send_buf;
     // One slot for the whole op: messages between a pair on one slot match in order.
     const uint64_t slot = gloo::Slot::build(kReduceScatterSlotPrefix, tag(op));
-    const auto deadline = std::chrono::steady_clock::now() + op.timeout;
+    const auto deadline = std::chrono::steady_clock::now() + gloo_timeout(op);
     const char* outgoing = block(rank - 1);
     for (int step = 0; step < n - 1; ++step) {
       send_buf = context_->createUnboundBuffer(const_cast<char*>(outgoing), bytes);
@@ -476,7 +486,7 @@ class GlooBackend : public Backend {
     auto send_buf = context_->createUnboundBuffer(mine, bytes);
     auto recv_buf = context_->createUnboundBuffer(pair_.data() + bytes * peer, bytes);
     const uint64_t slot = gloo::Slot::build(kOneShotSlotPrefix, tag(op));
-    const auto deadline = std::chrono::steady_clock::now() + op.timeout;
+    const auto deadline = std::chrono::steady_clock::now() + gloo_timeout(op);
     recv_buf->recv(peer, slot);
     send_buf->send(peer, slot);
     recv_buf->waitRecv(deadline);
