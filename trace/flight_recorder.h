@@ -20,9 +20,10 @@ namespace meshrt::trace {
 enum class DumpFormat { kJson, kPickle };
 
 // Why a dump was written.
-enum class DumpReason { kTimeout, kFailure, kRemote, kSignal, kPipe, kApi, kHeartbeat };
+enum class DumpReason { kTimeout, kFailure, kRemote, kSignal, kPipe, kApi, kHeartbeat, kCrash };
 
-// Returns "timeout", "failure", "remote", "signal", "pipe", "api" or "heartbeat".
+// Returns "timeout", "failure", "remote", "signal", "pipe", "api", "heartbeat" or "crash" (a
+// fatal signal: runtime/fatal_signal.h).
 std::string_view dump_reason_name(DumpReason reason);
 
 // The op that caused a dump, as the watchdog saw it.
@@ -32,6 +33,7 @@ struct DumpTrigger {
   uint64_t seq = 0;   // Its collective (or p2p) sequence number.
   std::string op;
   std::string detail;
+  int pid = 0;  // The process the dump is of, when another one writes it (0: this one).
 };
 
 // Facts about the job that records do not carry, set by the runtime at init.
