@@ -30,8 +30,8 @@ class Checker {
     const size_t size = dtype_size_bytes(b.dtype);
     if (size == 0) fail("{} has unknown dtype {}", what, static_cast<int>(b.dtype));
     if (b.count > kMaxBufferBytes / size) {
-      fail("{} has {} elements of {} ({} bytes each): more than {} bytes", what, b.count,
-           dtype_name(b.dtype), size, kMaxBufferBytes);
+      fail("{} has {} elements of {}: more than {} bytes", what, b.count, dtype_name(b.dtype),
+           kMaxBufferBytes);
     }
     if (b.data == nullptr && b.count > 0) fail("{} is null but has {} elements", what, b.count);
     if (!b.shape.empty()) shape(b, what);
