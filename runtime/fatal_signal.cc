@@ -70,7 +70,10 @@ void on_fatal_signal(int sig, siginfo_t*, void*) {
     if (child > 0) {
       bool done = false;
       for (int i = 0; i < kDumpSeconds * 100 + 100 && !done; ++i) {
-        done = ::waitpid(static_cast<pid_t>(child), nullptr, WNOHANG) != 0;
+        // Where SIGCHLD is ignored the child reaps itself: waitpid fails, and kill() says when
+        // it is gone.
+        const pid_t waited = ::waitpid(static_cast<pid_t>(child), nullptr, WNOHANG);
+        done = waited == child || (waited < 0 && ::kill(static_cast<pid_t>(child), 0) != 0);
         const timespec tick{0, 10'000'000};
         if (!done) ::nanosleep(&tick, nullptr);
       }
