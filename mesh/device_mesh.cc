@@ -177,17 +177,18 @@ std::shared_ptr<DeviceMesh> build(std::shared_ptr<Communicator> world, std::stri
   check_names(*world, mesh_name, op, names);
   check_backends(*world, mesh_name, names, options.backend_override);
   int64_t total = 1;
+  bool overflow = false;
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] <= 0) {
       fail_at(*world, mesh_name, op,
               fmt::format("dim '{}' has size {}: sizes must be positive", names[i], shape[i]));
     }
-    total *= shape[i];
+    overflow |= __builtin_mul_overflow(total, shape[i], &total);
   }
-  if (total > world->size()) {
+  if (overflow || total > world->size()) {
     fail_at(*world, mesh_name, op,
             fmt::format("mesh [{}] needs {} ranks but the world has {}", fmt::join(shape, ", "),
-                        total, world->size()));
+                        overflow ? "more than 2^63" : std::to_string(total), world->size()));
   }
   if (explicit_ranks) {
     if (static_cast<int64_t>(ranks.size()) != total) {
@@ -466,13 +467,15 @@ std::shared_ptr<DeviceMesh> DeviceMesh::unflatten(std::string_view dim_name,
   }
   check_names(*root_->world, root_->name, "unflatten", names);
   int64_t product = 1;
+  bool overflow = false;
   for (int64_t s : sizes) {
     if (s <= 0) fail("unflatten", fmt::format("size {} is not positive", s));
-    product *= s;
+    overflow |= __builtin_mul_overflow(product, s, &product);
   }
-  if (product != shape_[d]) {
-    fail("unflatten", fmt::format("sizes [{}] multiply to {} but dim '{}' has {}",
-                                  fmt::join(sizes, ", "), product, dim_name, shape_[d]));
+  if (overflow || product != shape_[d]) {
+    fail("unflatten",
+         fmt::format("sizes [{}] multiply to {} but dim '{}' has {}", fmt::join(sizes, ", "),
+                     overflow ? "more than 2^63" : std::to_string(product), dim_name, shape_[d]));
   }
   for (int i = 0; i < ndim(); ++i) {
     if (i == d) continue;

@@ -191,8 +191,8 @@ uint64_t Communicator::op_seq() const {
 
 WorkHandle Communicator::enqueue(Op op, OpOptions options, const std::source_location& caller) {
   op.timeout = options.timeout.count() != 0 ? options.timeout : timeout();
+  validate_op(op, *info_, backend_->accepts_cuda());  // Before the cap: it names what was passed.
   op.timeout = capped_timeout(op.timeout);
-  validate_op(op, *info_, backend_->accepts_cuda());
   try {
     backend_->validate(op);
   } catch (const Error& e) {

@@ -20,6 +20,7 @@
 #endif
 #include "runtime/error.h"
 #include "runtime/error_file.h"
+#include "runtime/fatal_signal.h"
 #include "runtime/store/prefix_store.h"
 #include "runtime/store/store_auth.h"
 #include "runtime/store/tcp_store.h"
@@ -260,6 +261,7 @@ InitOptions init_options_from_env() {
 std::shared_ptr<Communicator> init(const InitOptions& o) {
   // Under meshrun or torchrun, an uncaught exception then reaches the launcher's summary.
   install_error_file_handler_from_env();
+  install_fatal_signal_dump(o.rank);
   if (o.world_size < 1 || o.rank < 0 || o.rank >= o.world_size) {
     throw Error(ErrorCode::kInvalidArgument, {o.rank, "", "init", -1},
                 fmt::format("rank {} and world size {} do not fit", o.rank, o.world_size));

@@ -2,12 +2,15 @@
 
 #include <fmt/format.h>
 
-#include <numeric>
+#include <limits>
 
 #include "runtime/error.h"
 
 namespace meshrt {
 namespace {
+
+// The most bytes one buffer may span: pointer differences within it must fit a ptrdiff_t.
+constexpr size_t kMaxBufferBytes = std::numeric_limits<std::ptrdiff_t>::max();
 
 class Checker {
  public:
@@ -21,14 +24,34 @@ class Checker {
                 fmt::format(f, std::forward<Args>(args)...));
   }
 
+  // Every later size computation (bytes(), block offsets, trace records) relies on these: the
+  // dtype is known and count x its size fits, so nothing downstream can wrap.
   void buffer(const BufferView& b, std::string_view what) const {
-    if (b.data == nullptr && b.count > 0) fail("{} is null but has {} elements", what, b.count);
-    if (!b.shape.empty() && b.shape.numel() != static_cast<int64_t>(b.count)) {
-      fail("{} has shape of {} elements but count {}", what, b.shape.numel(), b.count);
+    const size_t size = dtype_size_bytes(b.dtype);
+    if (size == 0) fail("{} has unknown dtype {}", what, static_cast<int>(b.dtype));
+    if (b.count > kMaxBufferBytes / size) {
+      fail("{} has {} elements of {}: more than {} bytes", what, b.count, dtype_name(b.dtype),
+           kMaxBufferBytes);
     }
+    if (b.data == nullptr && b.count > 0) fail("{} is null but has {} elements", what, b.count);
+    if (!b.shape.empty()) shape(b, what);
     if (b.device.kind == Device::Kind::kCuda && !accepts_cuda_) {
       fail("{} is on cuda:{} but backend '{}' takes CPU buffers only", what, b.device.index,
            comm_.backend);
+    }
+  }
+
+  void shape(const BufferView& b, std::string_view what) const {
+    int64_t numel = 1;
+    for (size_t i = 0; i < b.shape.ndim(); ++i) {
+      if (b.shape[i] < 0)
+        fail("{} has shape dim {} of size {}: sizes must not be negative", what, i, b.shape[i]);
+      if (__builtin_mul_overflow(numel, b.shape[i], &numel)) {
+        fail("{} has a shape whose element count overflows int64", what);
+      }
+    }
+    if (numel != static_cast<int64_t>(b.count)) {
+      fail("{} has shape of {} elements but count {}", what, numel, b.count);
     }
   }
 
@@ -50,6 +73,9 @@ class Checker {
   }
 
   void reduce_op(DType dtype) const {
+    if (reduce_op_name(op_.reduce_op) == "unknown") {
+      fail("unknown reduce op {}", static_cast<int>(op_.reduce_op));
+    }
     if (op_.reduce_op == ReduceOp::kAvg && !is_floating(dtype)) {
       fail("reduce op avg on integer dtype {} would truncate: use sum and divide",
            dtype_name(dtype));
@@ -59,10 +85,20 @@ class Checker {
   void count_multiple(size_t big, size_t small, std::string_view big_name,
                       std::string_view small_name) const {
     const size_t n = comm_.global_ranks.size();
-    if (big != small * n) {
+    if (big != times_group_size(small, small_name)) {
       fail("{} has {} elements but must have {} ({} of {} elements x group size {})", big_name, big,
            small * n, small_name, small, n);
     }
+  }
+
+  // count x the group size, failing when it would wrap.
+  size_t times_group_size(size_t count, std::string_view what) const {
+    const size_t n = comm_.global_ranks.size();
+    size_t total = 0;
+    if (__builtin_mul_overflow(count, n, &total)) {
+      fail("{} of {} elements x group size {} overflows", what, count, n);
+    }
+    return total;
   }
 
   void no_overlap(const BufferView& a, const BufferView& b) const {
@@ -85,7 +121,10 @@ class Checker {
   void splits(const std::vector<size_t>& s, size_t count, std::string_view what) const {
     const size_t n = comm_.global_ranks.size();
     if (s.size() != n) fail("{} has {} entries but the group has {} ranks", what, s.size(), n);
-    const size_t sum = std::accumulate(s.begin(), s.end(), size_t{0});
+    size_t sum = 0;
+    for (size_t x : s) {
+      if (__builtin_add_overflow(sum, x, &sum)) fail("{} add up to more than 2^64 elements", what);
+    }
     if (sum != count) fail("{} add up to {} elements but the buffer has {}", what, sum, count);
   }
 
@@ -147,6 +186,7 @@ class Checker {
       case OpKind::kGather:
         rank_in_range(op_.root, "root");
         buffer(op_.input, "input");
+        times_group_size(op_.input.count, "input");
         if (is_root) {
           buffer(op_.output, "output");
           same_dtype(op_.input, op_.output);
@@ -157,6 +197,7 @@ class Checker {
       case OpKind::kScatter:
         rank_in_range(op_.root, "root");
         buffer(op_.output, "output");
+        times_group_size(op_.output.count, "output");
         if (is_root) {
           buffer(op_.input, "input");
           same_dtype(op_.input, op_.output);

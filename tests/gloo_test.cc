@@ -1,11 +1,14 @@
 // The Gloo backend with real processes on loopback: every collective x dtype x reduce op at 2, 3
 // and 4 ranks (all_reduce both one-shot and ring), p2p and split, and a peer that dies mid-job.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
 #include <map>
 #include <string>
 #include <tuple>
 
+#include "runtime/watchdog.h"
 #include "tests/process_harness.h"
 
 #ifndef MESHRT_GLOO_WORKER
@@ -64,6 +67,61 @@ TEST(Gloo, SizeMismatchesFailTheReceiverAndKillNobody) {
       results[1].output.find("recv of 16 bytes from rank 0 (tag 0) matched a send of 32 bytes"),
       std::string::npos)
       << results[1].output;
+}
+
+// Ranks passing different counts or dtypes to one collective: Gloo would abort the receiver from
+// its own thread, with no dump. Every rank must fail instead, naming both signatures.
+class GlooCollectiveMismatch : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("meshrt_mismatch_" + std::to_string(getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::filesystem::path dir_;
+};
+
+TEST_F(GlooCollectiveMismatch, AbortPolicyEveryRankDumpsAndExitsNamingBothSizes) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto results =
+      run_ranks({MESHRT_GLOO_WORKER, "collective_mismatch", "count"}, 2, std::chrono::seconds(60),
+                {{"MESHRT_TIMEOUT_MS", "1500"}, {"MESHRT_DUMP_PREFIX", (dir_ / "fr_").string()}});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(results[r].exit_code, kWatchdogExitCode) << describe(results);
+    EXPECT_NE(results[r].output.find(
+                  "rank " + std::to_string(r) +
+                  ", comm 'world', all_reduce #1: ranks passed different arguments to one "
+                  "collective: rank [0] passed all_reduce of 8 x f32 (32 bytes), sum; rank [1] "
+                  "passed all_reduce of 16 x f32 (64 bytes), sum (so their messages never "
+                  "matched: gloo: "),
+              std::string::npos)
+        << describe(results);
+    EXPECT_TRUE(std::filesystem::exists(dir_ / ("fr_" + std::to_string(r)))) << describe(results);
+  }
+}
+
+TEST_F(GlooCollectiveMismatch, ThrowPolicyDtypeMismatchOnTheRingFailsEveryRank) {
+  // Same bytes, other dtype: without the check the ring would reduce ints as floats.
+  const auto results =
+      run_ranks({MESHRT_GLOO_WORKER, "collective_mismatch", "dtype"}, 2, std::chrono::seconds(60),
+                {{"MESHRT_TIMEOUT_MS", "1500"},
+                 {"MESHRT_ON_TIMEOUT", "throw"},
+                 {"MESHRT_GLOO_ONESHOT_MAX_BYTES", "0"},
+                 {"MESHRT_DUMP_PREFIX", (dir_ / "fr_").string()}});
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(results[r].exit_code, 3) << describe(results);
+    EXPECT_NE(results[r].output.find(
+                  "EXPECTED meshrt [invalid_argument] rank " + std::to_string(r) +
+                  ", comm 'world', all_reduce #1: ranks passed different arguments to one "
+                  "collective: rank [0] passed all_reduce of 8 x f32 (32 bytes), sum; rank [1] "
+                  "passed all_reduce of 8 x i32 (32 bytes), sum"),
+              std::string::npos)
+        << describe(results);
+  }
 }
 
 }  // namespace

@@ -71,6 +71,24 @@ int main(int argc, char** argv) {
       std::printf("failures=%d sum=%d\n", failures, x[0]);
       return 0;
     }
+    if (scenario == "collective_mismatch") {
+      // Rank 1 passes 16 floats (argv[2] "count") or 8 int32s ("dtype") where rank 0 passes 8
+      // floats. Gloo would abort rank 0 from its own thread (the first case) or reduce garbage
+      // (the second); instead every rank fails with both signatures: under the abort policy the
+      // watchdog dumps and exits, under throw the error reaches wait() (exit 3).
+      const std::string what = argc > 2 ? argv[2] : "count";
+      std::vector<float> x(world->rank() == 1 && what == "count" ? 16 : 8, 1.0f);
+      std::vector<int32_t> y(8, 1);
+      try {
+        world->all_reduce(world->rank() == 1 && what == "dtype" ? meshrt::view(y) : meshrt::view(x))
+            ->wait();
+      } catch (const meshrt::Error& e) {
+        std::fprintf(stderr, "EXPECTED %s\n", e.what());
+        return 3;
+      }
+      std::fprintf(stderr, "FAIL rank %d: mismatched all_reduce succeeded\n", world->rank());
+      return 1;
+    }
     std::fprintf(stderr, "unknown scenario %s\n", scenario.c_str());
     return 2;
   } catch (const std::exception& e) {

@@ -138,6 +138,22 @@ TEST_F(HangTest, ThrowPolicyFailsTheOpAndTheJobEndsWithDumps) {
   EXPECT_TRUE(std::filesystem::exists(dir_ / "fr_1"));
 }
 
+TEST_F(HangTest, ADumpThatCannotBeWrittenIsLoggedAndTheAbortPolicyStillEndsTheJob) {
+  std::ofstream(dir_ / "file") << "a file where a directory should be";
+  const auto prefix = dir_ / "file" / "sub" / "fr_";
+  const auto results =
+      run_ranks({MESHRT_HANG_EXAMPLE, "--timeout-ms", "1000"}, 2, std::chrono::seconds(60),
+                {{"MESHRT_DUMP_PREFIX", prefix.string()}});
+  EXPECT_EQ(results[0].exit_code, kWatchdogExitCode) << describe(results);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(results[r].output.find("could not write the flight recorder dump to " +
+                                     prefix.string() + std::to_string(r) + ": cannot create " +
+                                     (dir_ / "file" / "sub").string() + ": Not a directory"),
+              std::string::npos)
+        << describe(results);
+  }
+}
+
 TEST_F(HangTest, WritingToTheDumpPipeDumpsWhileTheJobRuns) {
   const std::string pipe_stem = (dir_ / "pipe_").string();
   auto job = std::async(std::launch::async, [&] {

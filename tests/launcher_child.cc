@@ -11,6 +11,8 @@
 //   exit=N          exit with status N; exit-below-attempt=K: exit 1 in attempts below K
 //   throw=TEXT      throw std::runtime_error(TEXT) out of main: std::terminate (no core file)
 //   signal=N        die by signal N (no core file)
+//   segfault        write through a null pointer, as buggy user code would (no core file): the
+//                   runtime's fatal-signal handler dumps, then the rank dies of SIGSEGV
 //   sleep=S         sleep S seconds; sleep-rank=S: sleep rank*S seconds
 //   ignore-term, ignore-int   ignore SIGTERM / SIGINT
 //   report-signals  on SIGINT or SIGTERM print "got SIG..." and exit 0
@@ -214,6 +216,12 @@ int run_step(const std::string& name, const std::string& value, int rank) {
     ::signal(std::stoi(value), SIG_DFL);
     ::kill(::getpid(), std::stoi(value));
     ::pause();
+  }
+  if (name == "segfault") {
+    const rlimit no_core{0, 0};
+    ::setrlimit(RLIMIT_CORE, &no_core);
+    volatile int* null = nullptr;
+    *null = 1;
   }
   if (name == "sleep" || name == "sleep-rank") {
     const double s = std::stod(value) * (name == "sleep" ? 1 : rank);

@@ -638,6 +638,43 @@ TEST(Meshrun, HangEndsInAWatchdogTimeoutWithEveryDumpAndAVerdict) {
 #endif
 }
 
+TEST(Meshrun, SegfaultInUserCodeLeavesADumpThatMeshtraceReadsAndTheSummarySaysSigsegv) {
+  TempDir logs;
+  const std::string marker = unique_marker();
+  const auto r = run_meshrun({"--standalone", "--nproc-per-node", "2", "--log-dir", logs.path(),
+                              MESHRT_LAUNCHER_CHILD, marker, "world", "segfault@1", "sleep=60@0"},
+                             60s, kInitEnv);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_LT(r.elapsed, 30s);
+  EXPECT_TRUE(contains(r.err, "first failure: rank 1 (node 0 on host ")) << r.err;
+  EXPECT_TRUE(contains(r.err, "killed by SIGSEGV")) << r.err;
+  const std::string log = read_all(logs.path() + "/attempt_0/rank_1.log");
+  EXPECT_TRUE(contains(log, "[meshrt] fatal signal SIGSEGV: writing the flight recorder dump\n"))
+      << log;
+  const std::string path = logs.path() + "/attempt_0/fr_trace_1";
+  const auto dump = nlohmann::json::parse(read_all(path), nullptr, false);
+  ASSERT_FALSE(dump.is_discarded()) << path << "\n" << r.err;
+  EXPECT_EQ(dump["rank"], 1);
+  EXPECT_EQ(dump["dump_reason"], "crash");
+  EXPECT_EQ(dump["trigger"]["detail"], "fatal signal SIGSEGV");
+  // The crashed rank's pid, though a child of it wrote the file.
+  EXPECT_TRUE(contains(r.err, fmt::format("pid {}): killed by SIGSEGV", dump["pid"].get<int>())))
+      << r.err;
+  ASSERT_FALSE(dump["entries"].empty());
+  EXPECT_EQ(dump["entries"].back()["state"], "completed") << dump["entries"].dump(1);
+#ifdef MESHRT_MESHTRACE_BIN
+  // meshtrace reads it: exit 0 or 1 (a finding), never 2 (a file it could not read). Rank 0 was
+  // stopped by meshrun without a dump, hence --allow-incomplete-ranks.
+  const std::string cmd = std::string(MESHRT_MESHTRACE_BIN) + " analyze " + logs.path() +
+                          "/attempt_0 --prefix fr_trace_ --allow-incomplete-ranks > " +
+                          logs.path() + "/verdict 2>&1";
+  const int status = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_LE(WEXITSTATUS(status), 1) << read_all(logs.path() + "/verdict");
+#endif
+  EXPECT_EQ(survivors(marker), std::vector<int>{});
+}
+
 TEST(Meshrun, UncaughtExceptionReachesTheSummaryThroughTheErrorFile) {
   const std::string marker = unique_marker();
   TempDir logs;

@@ -12,6 +12,7 @@
 
 #include "mesh/device_mesh.h"
 #include "mesh/meshrt.h"
+#include "runtime/backend_factory.h"
 
 namespace meshrt {
 namespace {
@@ -339,9 +340,10 @@ TEST(DeviceMesh, ExplicitRankArrayPermutationAndSubset) {
   });
 }
 
-// Runs `make` on every rank of a 4-rank world and expects each to throw kInvalidArgument with
-// `problem` in the message.
-void expect_all_fail(const std::function<void(Communicator&)>& make, const std::string& problem,
+// Runs `make` on every rank of a world (each rank on its own thread) and expects each to throw
+// kInvalidArgument whose message is exactly "meshrt [invalid_argument] rank R, " + `want`, with
+// "{r}" in `want` standing for the rank.
+void expect_all_fail(const std::function<void(Communicator&)>& make, const std::string& want,
                      int world_size = 4) {
   std::atomic<int> failed{0};
   auto world = make_inproc_world(world_size);
@@ -349,99 +351,216 @@ void expect_all_fail(const std::function<void(Communicator&)>& make, const std::
   for (int r = 0; r < world_size; ++r) {
     threads.emplace_back([&, r] {
       set_thread_default_world(world[r]);
+      std::string expected = fmt::format("meshrt [invalid_argument] rank {}, {}", r, want);
+      for (size_t at; (at = expected.find("{r}")) != std::string::npos;) {
+        expected.replace(at, 3, std::to_string(r));
+      }
       try {
         make(*world[r]);
       } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find(problem), std::string::npos) << e.what();
+        EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+        EXPECT_EQ(e.what(), expected);
         ++failed;
       }
       set_thread_default_world(nullptr);
     });
   }
   for (auto& t : threads) t.join();
-  EXPECT_EQ(failed.load(), world_size) << problem;
+  EXPECT_EQ(failed.load(), world_size) << want;
 }
 
 TEST(DeviceMeshValidation, EveryErrorOnEveryRank) {
+  const std::string init = "comm 'mesh0', init_device_mesh: ";
   expect_all_fail(
       [](Communicator&) {
         init_device_mesh({2, 2}, {"dp", "dp"});
       },
-      "dim name 'dp' is repeated");
+      init + "dim name 'dp' is repeated in [dp, dp]: each name must be unique");
+  expect_all_fail(
+      [](Communicator&) {
+        init_device_mesh({2, 2}, {"dp", ""});
+      },
+      init + "a dim name is empty");
   expect_all_fail(
       [](Communicator&) {
         init_device_mesh({2, 2}, {"dp"});
       },
-      "1 names [dp] for 2 dims");
+      init + "1 names [dp] for 2 dims of shape [2, 2]: give one name per dim");
+  expect_all_fail([](Communicator&) { init_device_mesh({}, {}); }, init + "the shape has no dims");
   expect_all_fail(
       [](Communicator&) {
         init_device_mesh({2, 0}, {"dp", "tp"});
       },
-      "dim 'tp' has size 0");
+      init + "dim 'tp' has size 0: sizes must be positive");
   expect_all_fail(
       [](Communicator&) {
         init_device_mesh({-2, 2}, {"dp", "tp"});
       },
-      "dim 'dp' has size -2");
+      init + "dim 'dp' has size -2: sizes must be positive");
   expect_all_fail(
       [](Communicator&) {
         init_device_mesh({4, 2}, {"dp", "tp"});
       },
-      "needs 8 ranks but the world has 4");
+      init + "mesh [4, 2] needs 8 ranks but the world has 4");
+  // 2^40 x 2^40 wraps int64 (to 0): the product must not be trusted.
+  expect_all_fail(
+      [](Communicator&) {
+        init_device_mesh({int64_t{1} << 40, int64_t{1} << 40}, {"a", "b"});
+      },
+      init + "mesh [1099511627776, 1099511627776] needs more than 2^63 ranks but the world has 4");
   expect_all_fail(
       [](Communicator&) {
         init_device_mesh({2, 2}, {"dp", "tp"}, "cuda:0");
       },
-      "device 'cuda:0' has an index");
+      init + "device 'cuda:0' has an index: give the type only (e.g. 'cuda')");
   expect_all_fail(
       [](Communicator&) {
         device_mesh_from_ranks(default_world(), "cpu", {2, 2}, {0, 1, 1, 3});
       },
-      "rank 1 appears twice");
+      init + "rank 1 appears twice in the mesh");
+  expect_all_fail(
+      [](Communicator&) {
+        device_mesh_from_ranks(default_world(), "cpu", {2, 2}, {0, 1, 2});
+      },
+      init + "3 ranks given for a mesh of 4 positions");
+  expect_all_fail(
+      [](Communicator&) {
+        device_mesh_from_ranks(default_world(), "cpu", {2, 2}, {0, 1, 2, 7});
+      },
+      init + "rank 7 is outside the world [0, 4)");
+  expect_all_fail(
+      [](Communicator&) {
+        init_megatron_mesh(default_world(), "cpu", "tp-dp", {2, 2, 1});
+      },
+      "init_megatron_mesh: order 'tp-dp' has 2 dims but 3 sizes were given");
   expect_all_fail(
       [](Communicator&) {
         init_device_mesh({2, 2}, {"dp", "tp"})->slice({"ep"});
       },
-      "no dim named 'ep'");
+      "comm 'mesh0', slice: no dim named 'ep'; the dims are [dp, tp] plus names "
+      "flattened on this mesh");
   expect_all_fail(
       [](Communicator&) {
         init_device_mesh({2, 2}, {"dp", "tp"})->slice({"tp", "dp"});
       },
-      "not in ascending mesh order");
+      "comm 'mesh0', slice: dims [tp, dp] are not in ascending mesh order [dp, tp]");
+  expect_all_fail(
+      [](Communicator&) {
+        init_device_mesh({2, 2}, {"dp", "tp"})->slice(std::span<const std::string>{});
+      },
+      "comm 'mesh0', slice: no dims named");
   expect_all_fail(
       [](Communicator&) {
         init_device_mesh({2, 2}, {"dp", "tp"})->local_rank();
       },
-      "the mesh has 2 dims: name one");
+      "comm 'mesh0', local_rank: the mesh has 2 dims: name one");
   expect_all_fail(
       [](Communicator&) {
         init_device_mesh({2, 2}, {"dp", "tp"})->comm();
       },
-      "the mesh has 2 dims: name one");
+      "comm 'mesh0', comm: the mesh has 2 dims: name one");
+  expect_all_fail(
+      [](Communicator&) {
+        init_device_mesh({2, 2}, {"dp", "tp"})->comm("ep");
+      },
+      "comm 'mesh0', dim: no dim named 'ep'; the dims are [dp, tp]");
+  expect_all_fail(
+      [](Communicator&) {
+        init_device_mesh({2, 2}, {"dp", "tp"})->size(2);
+      },
+      "comm 'mesh0', dim: dim 2 is out of range [0, 2)");
   expect_all_fail(
       [](Communicator&) {
         init_device_mesh({2, 2}, {"dp", "tp"})->flatten({"dp", "tp"}, "tp");
       },
-      "'tp' is already a dim");
+      "comm 'mesh0', flatten: 'tp' is already a dim of the mesh: choose another name");
+  expect_all_fail(
+      [](Communicator&) {
+        init_device_mesh({2, 2}, {"dp", "tp"})->flatten({"tp", "dp"});
+      },
+      "comm 'mesh0', flatten: dims [tp, dp] are not distinct and in ascending mesh order [dp, "
+      "tp]");
+  expect_all_fail(
+      [](Communicator&) {
+        init_device_mesh({2, 2}, {"dp", "tp"})->flatten(std::span<const std::string>{}, "x");
+      },
+      "comm 'mesh0', flatten: no dims named");
   expect_all_fail(
       [](Communicator&) {
         auto m = init_device_mesh({1, 2, 2}, {"pp", "dp", "tp"});
         m->flatten({"dp", "tp"}, "f");
         m->flatten({"pp", "dp"}, "f");
       },
-      "'f' was flattened before from other dims");
+      "comm 'mesh0', flatten: 'f' was flattened before from other dims: choose another name");
+  const std::string unflatten = "comm 'mesh0', unflatten: ";
   expect_all_fail(
       [](Communicator&) {
         init_device_mesh({2, 2}, {"dp", "tp"})->unflatten("tp", {3}, {"a"});
       },
-      "sizes [3] multiply to 3 but dim 'tp' has 2");
+      unflatten + "sizes [3] multiply to 3 but dim 'tp' has 2");
+  expect_all_fail(
+      [](Communicator&) {
+        init_device_mesh({2, 2}, {"dp", "tp"})
+            ->unflatten("tp", {int64_t{1} << 40, int64_t{1} << 40}, {"a", "b"});
+      },
+      unflatten +
+          "sizes [1099511627776, 1099511627776] multiply to more than 2^63 but dim 'tp' has 2");
+  expect_all_fail(
+      [](Communicator&) {
+        init_device_mesh({2, 2}, {"dp", "tp"})->unflatten("tp", {2}, {"a", "b"});
+      },
+      unflatten + "1 sizes and 2 names: give one name per size");
+  expect_all_fail(
+      [](Communicator&) {
+        init_device_mesh({2, 2}, {"dp", "tp"})->unflatten("tp", {-1, -2}, {"a", "b"});
+      },
+      unflatten + "size -1 is not positive");
+  expect_all_fail(
+      [](Communicator&) {
+        init_device_mesh({2, 2}, {"dp", "tp"})->unflatten("tp", {2}, {"dp"});
+      },
+      unflatten + "'dp' is already a dim of the mesh");
+  expect_all_fail(
+      [](Communicator&) {
+        init_device_mesh({2, 3}, {"dp", "tp"})
+            ->flatten({"dp", "tp"}, "f")
+            ->unflatten("f", {3, 2}, {"a", "b"});
+      },
+      unflatten + "dim 'f' cannot be split into [3, 2]: size 2 does not divide the dim's factor 3",
+      6);
   expect_all_fail(
       [](Communicator&) {
         auto m = init_device_mesh({2, 2}, {"dp", "tp"});
         m->flatten({"dp", "tp"});
         m->slice({"dp", "dp_tp"});
       },
-      "overlap");
+      "comm 'mesh0', slice: dims [dp, dp_tp] overlap");
+}
+
+TEST(DeviceMeshValidation, RanksOutsideTheMeshHaveNoCoordinatesOrCommunicators) {
+  std::atomic<int> failed{0};
+  run_inproc(4, [&](Communicator& world) {
+    auto m = device_mesh_from_ranks(default_world(), "cpu", {2}, {0, 1}, {"dp"});
+    if (m->is_member()) return;
+    const std::string at =
+        fmt::format("meshrt [invalid_argument] rank {}, comm 'mesh0', ", world.rank());
+    try {
+      m->local_rank();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.what(), at + fmt::format("local_rank: rank {} is not in the mesh", world.rank()));
+      ++failed;
+    }
+    try {
+      m->comm("dp");
+    } catch (const Error& e) {
+      EXPECT_EQ(e.what(),
+                at + fmt::format("comm: rank {} is not in the mesh: it has no communicator for "
+                                 "dim 'dp'",
+                                 world.rank()));
+      ++failed;
+    }
+  });
+  EXPECT_EQ(failed.load(), 4);  // Ranks 2 and 3, twice each.
 }
 
 MeshOptions overriding(std::map<std::string, std::string> backends) {
@@ -486,28 +605,34 @@ TEST(DeviceMeshBackends, BadOverridesFailEveryRankBeforeAnySplit) {
         init_device_mesh(default_world(), "cpu", {2, 2}, {"dp", "tp"},
                          overriding({{"ep", "gloo"}}));
       },
-      "backend_override names dim 'ep', which is not among [dp, tp]");
+      "comm 'mesh0', init_device_mesh: backend_override names dim 'ep', which is not among [dp, "
+      "tp]");
   expect_all_fail(
       [](Communicator&) {
         init_device_mesh(default_world(), "cpu", {2, 2}, {"dp", "tp"},
                          overriding({{"tp", "bogus"}}));
       },
-      "backend_override gives dim 'tp' backend 'bogus', which this build does not have; it has: "
-      "gloo");
+      fmt::format(
+          "comm 'mesh0', init_device_mesh: backend_override gives dim 'tp' backend 'bogus', "
+          "which this build does not have; it has: {}, inproc",
+          fmt::join(built_backends(), ", ")));
   // An in-process world without a job store has nowhere to connect Gloo pairs through.
   expect_all_fail(
       [](Communicator&) {
         init_device_mesh(default_world(), "cpu", {2, 2}, {"dp", "tp"},
                          overriding({{"dp", "gloo"}}));
       },
-      "only communicators of an init() world can change backend");
+      "comm 'world', split: a 'gloo' group split from this 'inproc' communicator needs a job "
+      "store: only communicators of an init() world can change backend");
   expect_all_fail(
       [](Communicator& world) {
         MeshOptions o;
         if (world.rank() == 1) o.backend_override = {{"dp", "gloo"}};
         init_device_mesh(default_world(), "cpu", {2, 2}, {"dp", "tp"}, o);
       },
-      "rank [1] passed device=cpu shape=[2,2] names=[dp,tp] ranks=row-major backends=[dp=gloo]");
+      "comm 'mesh0', init_device_mesh: ranks built different meshes: ranks [0, 2, 3] passed "
+      "device=cpu shape=[2,2] names=[dp,tp] ranks=row-major; rank [1] passed device=cpu "
+      "shape=[2,2] names=[dp,tp] ranks=row-major backends=[dp=gloo]");
 }
 
 TEST(DeviceMeshValidation, MismatchedMeshFailsEveryRankNamingWhoPassedWhat) {
@@ -520,8 +645,9 @@ TEST(DeviceMeshValidation, MismatchedMeshFailsEveryRankNamingWhoPassedWhat) {
           init_device_mesh({2, 2}, {"dp", "tp"});
         }
       },
-      "ranks [0, 1, 3] passed device=cpu shape=[2,2] names=[dp,tp] ranks=row-major; rank [2] "
-      "passed device=cpu shape=[4] names=[dp]");
+      "comm 'mesh0', init_device_mesh: ranks built different meshes: ranks [0, 1, 3] passed "
+      "device=cpu shape=[2,2] names=[dp,tp] ranks=row-major; rank [2] passed device=cpu "
+      "shape=[4] names=[dp] ranks=row-major");
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 

@@ -1,5 +1,6 @@
 // Pure pieces: dtype conversions, reduction kernels, error messages, op validation, the trace
 // hook, and reading the launcher environment.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +10,7 @@
 
 #include "mesh/meshrt.h"
 #include "meshrt_config.h"
+#include "runtime/backends/gloo/gloo_signature.h"
 #include "runtime/validation.h"
 #include "trace/bandwidth.h"
 #include "trace/env.h"
@@ -126,28 +128,40 @@ TEST(ErrorType, MessageNamesEveryKnownPart) {
   EXPECT_STREQ(bare.what(), "meshrt [store]: x");
 }
 
-// Every validation rule: the call throws kInvalidArgument naming the rank, communicator, op and
-// problem, and nothing is enqueued (the sequence number does not move).
+// Every validation rule: on every rank of a 4-rank world the call throws kInvalidArgument with
+// exactly `want` ("op: problem", "{r}" standing for the rank) after "rank R, comm 'world', ",
+// and nothing is enqueued (the sequence number does not move). Validation is local, so the ranks
+// are called one after the other.
 class Validation : public ::testing::Test {
  protected:
-  void expect_rejected(const std::function<WorkHandle(Communicator&)>& call, const char* op,
-                       const char* problem) {
+  void expect_rejected(const std::function<WorkHandle(Communicator&)>& call,
+                       const std::string& want) {
     auto world = make_inproc_world(4);
-    Communicator& c = *world[1];
-    try {
-      call(c);
-      ADD_FAILURE() << "accepted: " << problem;
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-      const std::string what = e.what();
-      EXPECT_NE(what.find("rank 1, comm 'world', " + std::string(op)), std::string::npos) << what;
-      EXPECT_NE(what.find(problem), std::string::npos) << what;
+    for (int r = 0; r < 4; ++r) {
+      Communicator& c = *world[r];
+      std::string problem = want;
+      for (size_t at; (at = problem.find("{r}")) != std::string::npos;) {
+        problem.replace(at, 3, std::to_string(r));
+      }
+      try {
+        call(c);
+        ADD_FAILURE() << "rank " << r << " accepted: " << problem;
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+        EXPECT_EQ(e.what(),
+                  fmt::format("meshrt [invalid_argument] rank {}, comm 'world', {}", r, problem));
+      }
+      EXPECT_EQ(c.op_seq(), 0u);
     }
-    EXPECT_EQ(c.op_seq(), 0u);
   }
   std::vector<float> f8 = std::vector<float>(8), f2 = std::vector<float>(2),
                      f3 = std::vector<float>(3);
   std::vector<int32_t> i8 = std::vector<int32_t>(8);
+  // A view whose memory is never touched: validation refuses it before anything reads it.
+  static BufferView huge(size_t count, DType dtype = DType::kF32) {
+    static char byte;
+    return {&byte, count, dtype, Device::cpu(), {}};
+  }
 };
 
 TEST_F(Validation, NullBuffer) {
@@ -157,14 +171,75 @@ TEST_F(Validation, NullBuffer) {
         b.count = 4;
         return c.all_reduce(b);
       },
-      "all_reduce", "buffer is null but has 4 elements");
+      "all_reduce: buffer is null but has 4 elements");
 }
 TEST_F(Validation, ShapeDisagreesWithCount) {
   expect_rejected(
       [&](Communicator& c) {
         return c.all_reduce(view(f8, {3, 2}));
       },
-      "all_reduce", "shape of 6 elements but count 8");
+      "all_reduce: buffer has shape of 6 elements but count 8");
+}
+TEST_F(Validation, NegativeShapeDim) {
+  // {-2, -4} multiplies to the count: only the sign check catches it.
+  expect_rejected(
+      [&](Communicator& c) {
+        return c.all_reduce(view(f8, {-2, -4}));
+      },
+      "all_reduce: buffer has shape dim 0 of size -2: sizes must not be negative");
+}
+TEST_F(Validation, ShapeElementCountOverflows) {
+  // 2^32 x 2^32 wraps to 0 in int64 arithmetic: an empty buffer would match it.
+  expect_rejected(
+      [&](Communicator& c) {
+        std::vector<float> none;
+        return c.all_reduce(view(none, {int64_t{1} << 32, int64_t{1} << 32}));
+      },
+      "all_reduce: buffer has a shape whose element count overflows int64");
+}
+TEST_F(Validation, UnknownDtype) {
+  expect_rejected(
+      [&](Communicator& c) {
+        BufferView b = view(f8);
+        b.dtype = static_cast<DType>(42);
+        return c.all_reduce(b);
+      },
+      "all_reduce: buffer has unknown dtype 42");
+  expect_rejected(
+      [&](Communicator& c) {
+        BufferView out = view(f8);
+        out.dtype = static_cast<DType>(200);
+        return c.all_gather(view(f2), out);
+      },
+      "all_gather: output has unknown dtype 200");
+}
+TEST_F(Validation, UnknownReduceOp) {
+  expect_rejected([&](Communicator& c) { return c.all_reduce(view(f8), static_cast<ReduceOp>(9)); },
+                  "all_reduce: unknown reduce op 9");
+}
+TEST_F(Validation, ByteSizeOverflows) {
+  // count x 8 bytes wraps size_t: bytes() would be small and the backend would overrun.
+  expect_rejected(
+      [&](Communicator& c) { return c.broadcast(huge(size_t{1} << 61, DType::kF64), 0); },
+      "broadcast: buffer has 2305843009213693952 elements of f64: more than "
+      "9223372036854775807 bytes");
+  expect_rejected(
+      [&](Communicator& c) { return c.send(huge(SIZE_MAX, DType::kU8), (c.rank() + 1) % 4); },
+      "send: buffer has 18446744073709551615 elements of u8: more than 9223372036854775807 "
+      "bytes");
+}
+TEST_F(Validation, GroupSizeProductOverflows) {
+  // 2^62 elements x 4 ranks wraps to 0, which an empty output would match.
+  const size_t n = size_t{1} << 62;
+  const DType u8 = DType::kU8;
+  expect_rejected([&](Communicator& c) { return c.all_gather(huge(n, u8), huge(0, u8)); },
+                  "all_gather: input of 4611686018427387904 elements x group size 4 overflows");
+  expect_rejected(
+      [&](Communicator& c) { return c.reduce_scatter(huge(0, u8), huge(n, u8)); },
+      "reduce_scatter: output of 4611686018427387904 elements x group size 4 overflows");
+  // Non-roots of gather and scatter: their record counts input x group size.
+  expect_rejected([&](Communicator& c) { return c.gather(huge(n, u8), huge(0, u8), 5 % 4); },
+                  "gather: input of 4611686018427387904 elements x group size 4 overflows");
 }
 TEST_F(Validation, CudaBufferOnCpuBackend) {
   expect_rejected(
@@ -173,84 +248,186 @@ TEST_F(Validation, CudaBufferOnCpuBackend) {
         b.device = Device::cuda(0);
         return c.broadcast(b, 0);
       },
-      "broadcast", "takes CPU buffers only");
+      "broadcast: buffer is on cuda:0 but backend 'inproc' takes CPU buffers only");
 }
 TEST_F(Validation, AvgOnIntegers) {
   expect_rejected([&](Communicator& c) { return c.all_reduce(view(i8), ReduceOp::kAvg); },
-                  "all_reduce", "avg on integer dtype i32");
+                  "all_reduce: reduce op avg on integer dtype i32 would truncate: use sum and "
+                  "divide");
 }
 TEST_F(Validation, RootOutOfRange) {
-  expect_rejected([&](Communicator& c) { return c.broadcast(view(f8), 4); }, "broadcast",
-                  "root 4 is out of range [0, 4)");
-  expect_rejected([&](Communicator& c) { return c.reduce(view(f8), -1); }, "reduce",
-                  "root -1 is out of range");
+  expect_rejected([&](Communicator& c) { return c.broadcast(view(f8), 4); },
+                  "broadcast: root 4 is out of range [0, 4)");
+  expect_rejected([&](Communicator& c) { return c.reduce(view(f8), -1); },
+                  "reduce: root -1 is out of range [0, 4)");
 }
 TEST_F(Validation, UndersizedAllGatherOutput) {
-  expect_rejected([&](Communicator& c) { return c.all_gather(view(f2), view(f3)); }, "all_gather",
-                  "output has 3 elements but must have 8");
+  expect_rejected([&](Communicator& c) { return c.all_gather(view(f2), view(f3)); },
+                  "all_gather: output has 3 elements but must have 8 (input of 2 elements x group "
+                  "size 4)");
 }
 TEST_F(Validation, ReduceScatterInputNotDivisible) {
   expect_rejected([&](Communicator& c) { return c.reduce_scatter(view(f3), view(f2)); },
-                  "reduce_scatter", "input has 3 elements but must have 8");
+                  "reduce_scatter: input has 3 elements but must have 8 (output of 2 elements x "
+                  "group size 4)");
 }
 TEST_F(Validation, DtypeMismatch) {
-  expect_rejected([&](Communicator& c) { return c.all_gather(view(f2), view(i8)); }, "all_gather",
-                  "input dtype f32 differs from output dtype i32");
+  expect_rejected([&](Communicator& c) { return c.all_gather(view(f2), view(i8)); },
+                  "all_gather: input dtype f32 differs from output dtype i32");
 }
 TEST_F(Validation, AllToAllNotDivisible) {
   std::vector<float> a(6), b(6);
-  expect_rejected([&](Communicator& c) { return c.all_to_all(view(a), view(b)); }, "all_to_all",
-                  "6 elements are not divisible by group size 4");
+  expect_rejected([&](Communicator& c) { return c.all_to_all(view(a), view(b)); },
+                  "all_to_all: 6 elements are not divisible by group size 4");
+}
+TEST_F(Validation, AllToAllCountsDiffer) {
+  expect_rejected([&](Communicator& c) { return c.all_to_all(view(f8), view(f2)); },
+                  "all_to_all: input has 8 elements but output has 2: equal all_to_all needs the "
+                  "same count");
 }
 TEST_F(Validation, AllToAllInPlace) {
-  expect_rejected([&](Communicator& c) { return c.all_to_all(view(f8), view(f8)); }, "all_to_all",
-                  "input and output overlap");
+  expect_rejected([&](Communicator& c) { return c.all_to_all(view(f8), view(f8)); },
+                  "all_to_all: input and output overlap (in place means the input is exactly this "
+                  "rank's block of the output, or for reduce_scatter the output is this rank's "
+                  "block of the input)");
 }
 TEST_F(Validation, PartialOverlapOfGatherAndScatterBuffers) {
   std::vector<float> big(16);
-  // Rank 1's in-place block starts at element 2 (count 2): element 1 overlaps but is not it.
+  const std::string overlap =
+      ": input and output overlap (in place means the input is exactly this rank's block of the "
+      "output, or for reduce_scatter the output is this rank's block of the input)";
+  // Element 1 overlaps every rank's in-place block of 2 elements (at 0, 2, 4, 6) but is none.
   expect_rejected(
       [&](Communicator& c) { return c.all_gather(view(big).slice(1, 2), view(big).slice(0, 8)); },
-      "all_gather", "input and output overlap");
+      "all_gather" + overlap);
   expect_rejected(
       [&](Communicator& c) {
         return c.reduce_scatter(view(big).slice(0, 8), view(big).slice(1, 2));
       },
-      "reduce_scatter", "input and output overlap");
+      "reduce_scatter" + overlap);
 }
 TEST_F(Validation, AllToAllSplits) {
-  std::vector<size_t> three{1, 1, 1}, bad_sum{1, 1, 1, 1};
+  std::vector<size_t> three{1, 1, 1}, bad_sum{1, 1, 1, 1}, wraps{SIZE_MAX, 1, 0, 0};
   expect_rejected([&](Communicator& c) { return c.all_to_all(view(f8), three, view(f2), three); },
-                  "all_to_all", "input splits has 3 entries but the group has 4 ranks");
+                  "all_to_all: input splits has 3 entries but the group has 4 ranks");
   expect_rejected(
       [&](Communicator& c) { return c.all_to_all(view(f8), bad_sum, view(f3), bad_sum); },
-      "all_to_all", "input splits add up to 4 elements but the buffer has 8");
+      "all_to_all: input splits add up to 4 elements but the buffer has 8");
+  // SIZE_MAX + 1 wraps to 0, which an empty buffer would match.
+  expect_rejected(
+      [&](Communicator& c) {
+        std::vector<float> none;
+        return c.all_to_all(view(none), wraps, view(none), wraps);
+      },
+      "all_to_all: input splits add up to more than 2^64 elements");
+  expect_rejected(
+      [&](Communicator& c) {
+        return c.all_to_all(view(f8), bad_sum, view(f8), std::span<const size_t>{});
+      },
+      "all_to_all: give both input and output splits, or neither");
 }
 TEST_F(Validation, GatherOutputOnRoot) {
-  expect_rejected([&](Communicator& c) { return c.gather(view(f2), view(f3), 1); }, "gather",
-                  "output has 3 elements but must have 8");
+  // Every rank is its own root here: root-only checks then run on every rank.
+  expect_rejected([&](Communicator& c) { return c.gather(view(f2), view(f3), c.rank()); },
+                  "gather: output has 3 elements but must have 8 (input of 2 elements x group size "
+                  "4)");
 }
 TEST_F(Validation, ScatterInputOnRoot) {
-  expect_rejected([&](Communicator& c) { return c.scatter(view(f3), view(f2), 1); }, "scatter",
-                  "input has 3 elements but must have 8");
+  expect_rejected([&](Communicator& c) { return c.scatter(view(f3), view(f2), c.rank()); },
+                  "scatter: input has 3 elements but must have 8 (output of 2 elements x group "
+                  "size 4)");
 }
 TEST_F(Validation, SendToSelf) {
-  expect_rejected([&](Communicator& c) { return c.send(view(f2), 1); }, "send",
-                  "peer 1 is this rank itself");
+  expect_rejected([&](Communicator& c) { return c.send(view(f2), c.rank()); },
+                  "send: peer {r} is this rank itself: send/recv to self is not supported");
 }
 TEST_F(Validation, PeerOutOfRange) {
-  expect_rejected([&](Communicator& c) { return c.recv(view(f2), 9); }, "recv",
-                  "peer 9 is out of range [0, 4)");
+  expect_rejected([&](Communicator& c) { return c.recv(view(f2), 9); },
+                  "recv: peer 9 is out of range [0, 4)");
+  expect_rejected(
+      [&](Communicator& c) {
+        const std::vector<P2POp> ops{P2POp{P2POp::Dir::kSend, view(f2), -3, 0}};
+        return c.batch_isend_irecv(ops);
+      },
+      "batch_p2p: peer -3 is out of range [0, 4)");
 }
 TEST_F(Validation, EmptyBatch) {
-  expect_rejected([&](Communicator& c) { return c.batch_isend_irecv({}); }, "batch_p2p",
-                  "the batch is empty");
+  expect_rejected([&](Communicator& c) { return c.batch_isend_irecv({}); },
+                  "batch_p2p: the batch is empty");
 }
 TEST_F(Validation, NonPositiveTimeout) {
   expect_rejected([&](Communicator& c) { return c.barrier({std::chrono::milliseconds(-5)}); },
-                  "barrier", "timeout must be positive");
+                  "barrier: timeout must be positive, got -5 ms");
 }
-TEST(ValidationShape, TooManyDims) { EXPECT_THROW(Shape({1, 1, 1, 1, 1, 1, 1, 1, 1}), Error); }
+TEST_F(Validation, NegativeSplitColor) {
+  auto world = make_inproc_world(4);
+  for (int r = 0; r < 4; ++r) {
+    try {
+      world[r]->split(-7, 0);
+      ADD_FAILURE() << "rank " << r << " accepted color -7";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.what(), fmt::format("meshrt [invalid_argument] rank {}, comm 'world', split: "
+                                      "color -7 is negative (use kNoColor to join no group)",
+                                      r));
+    }
+  }
+}
+TEST_F(Validation, CoalescingBlocks) {
+  auto world = make_inproc_world(4);
+  for (int r = 0; r < 4; ++r) {
+    Communicator& c = *world[r];
+    const std::string at = fmt::format("meshrt [invalid_argument] rank {}, comm 'world', ", r);
+    try {
+      c.end_coalescing();
+      ADD_FAILURE() << "end without start accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.what(), at + "end_coalescing: no coalescing block is open: call "
+                               "start_coalescing() first");
+    }
+    c.start_coalescing();
+    try {
+      c.start_coalescing();
+      ADD_FAILURE() << "nested start accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.what(), at + "start_coalescing: a coalescing block is already open: call "
+                               "end_coalescing() first");
+    }
+    c.end_coalescing()->wait();
+  }
+}
+TEST(ValidationShape, TooManyDims) {
+  try {
+    Shape({1, 1, 1, 1, 1, 1, 1, 1, 1});
+    ADD_FAILURE() << "9 dims accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "meshrt [invalid_argument]: a shape has at most 8 dims, got 9");
+  }
+}
+
+TEST(GlooSignature, TagsKeepTheSeqAndSeparateEveryArgumentRanksMustShare) {
+  std::vector<float> f(8);
+  std::vector<int32_t> i(8);
+  Op base;
+  base.kind = OpKind::kAllReduce;
+  base.input = base.output = view(f);
+  base.collective_seq = 0x12345;
+  EXPECT_EQ(gloo_signature(base), "all_reduce of 8 x f32 (32 bytes), sum");
+  EXPECT_EQ(gloo_tag(base) & 0xffff, 0x2345u);
+  EXPECT_EQ(gloo_tag(base), gloo_tag(Op(base)));
+  std::vector<Op> others(4, base);
+  others[0].input = others[0].output = view(f).slice(0, 4);
+  others[1].input = others[1].output = view(i);
+  others[2].reduce_op = ReduceOp::kMax;
+  others[3].kind = OpKind::kBroadcast;
+  for (const Op& o : others) {
+    EXPECT_NE(gloo_signature(o), gloo_signature(base));
+    EXPECT_NE(gloo_tag(o), gloo_tag(base)) << gloo_signature(o);
+  }
+  Op b = others[3];
+  b.root = 1;
+  EXPECT_EQ(gloo_signature(b), "broadcast of 8 x f32 (32 bytes), root 1");
+  EXPECT_NE(gloo_tag(b), gloo_tag(others[3]));
+}
 
 // A sink that records the op names it saw, and one that throws.
 class RecordingSink : public trace::Sink {

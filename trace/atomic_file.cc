@@ -52,7 +52,12 @@ bool write_file_atomically(const std::string& path, std::string_view text, std::
     ::unlink(tmp.c_str());
     return fail(error, cause);
   }
-  ::close(fd);
+  // Some filesystems (NFS, quotas) report a full disk only when the file is closed.
+  if (::close(fd) != 0) {
+    const std::string cause = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    return fail(error, cause);
+  }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const std::string cause = std::strerror(errno);
     ::unlink(tmp.c_str());

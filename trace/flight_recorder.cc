@@ -90,6 +90,8 @@ std::string_view dump_reason_name(DumpReason reason) {
       return "heartbeat";
     case DumpReason::kStall:
       return "stall";
+    case DumpReason::kCrash:
+      return "crash";
   }
   return "unknown";
 }
@@ -424,7 +426,7 @@ std::string FlightRecorder::render(int rank, DumpFormat format, DumpReason reaso
   doc[fr::kRank] = rank;
   doc[fr::kWorldSize] = world_size;
   doc[fr::kHost] = host_name();
-  doc[fr::kPid] = ::getpid();
+  doc[fr::kPid] = trigger != nullptr && trigger->pid > 0 ? trigger->pid : ::getpid();
   doc[fr::kDevice] = device.empty() ? Json(nullptr) : Json(device);
   doc[fr::kRunId] = job.run_id;
   doc[fr::kDumpReason] = dump_reason_name(reason);

@@ -21,9 +21,21 @@ enum class DumpFormat { kJson, kPickle };
 
 // Why a dump was written.
 // kStall: the live monitor saw a stall (MESHRT_DUMP_ON_STALL=1, or its snapshot request).
-enum class DumpReason { kTimeout, kFailure, kRemote, kSignal, kPipe, kApi, kHeartbeat, kStall };
+// kCrash: a fatal signal (runtime/fatal_signal.h).
+enum class DumpReason {
+  kTimeout,
+  kFailure,
+  kRemote,
+  kSignal,
+  kPipe,
+  kApi,
+  kHeartbeat,
+  kStall,
+  kCrash
+};
 
-// Returns "timeout", "failure", "remote", "signal", "pipe", "api", "heartbeat" or "stall".
+// Returns "timeout", "failure", "remote", "signal", "pipe", "api", "heartbeat", "stall" or
+// "crash".
 std::string_view dump_reason_name(DumpReason reason);
 
 // The op that caused a dump, as the watchdog saw it.
@@ -33,6 +45,7 @@ struct DumpTrigger {
   uint64_t seq = 0;   // Its collective (or p2p) sequence number.
   std::string op;
   std::string detail;
+  int pid = 0;  // The process the dump is of, when another one writes it (0: this one).
 };
 
 // Facts about the job that records do not carry, set by the runtime at init.

@@ -20,6 +20,7 @@
 #include <mutex>
 #include <numeric>
 
+#include "runtime/backends/gloo/gloo_signature.h"
 #include "runtime/backends/gloo/gloo_store.h"
 #include "runtime/error.h"
 #include "runtime/store/prefix_store.h"
@@ -33,6 +34,22 @@ constexpr uint8_t kP2PSlotPrefix = 0x20;
 constexpr uint8_t kP2PHeaderSlotPrefix = 0x22;
 constexpr uint8_t kReduceScatterSlotPrefix = 0x21;
 constexpr uint8_t kOneShotSlotPrefix = 0x23;
+
+// The most a collective keeps of its timeout for comparing signatures after Gloo failed
+// (gloo_diagnose): peers that passed other sizes time out or see the pairs close at about the same
+// moment. Kept back from Gloo's own timeout, so that the op still ends by its deadline.
+constexpr std::chrono::milliseconds kDiagnoseWait{1000};
+
+// The part of a collective's timeout kept for gloo_diagnose.
+std::chrono::milliseconds diagnose_reserve(const Op& op) {
+  return std::min(op.timeout / 4, kDiagnoseWait);
+}
+// What Gloo gets of `op`'s timeout: all of it for p2p, which needs no diagnosis.
+std::chrono::milliseconds gloo_timeout(const Op& op) {
+  const bool p2p =
+      op.kind == OpKind::kSend || op.kind == OpKind::kRecv || op.kind == OpKind::kBatchP2P;
+  return p2p ? op.timeout : op.timeout - diagnose_reserve(op);
+}
 
 // Calls f(T{}) with the C++ element type of `dtype`: Gloo's setters are templates on it.
 template <typename F>
@@ -118,9 +135,11 @@ std::shared_ptr<gloo::Context> connect(const std::shared_ptr<Store>& store, cons
 
 class GlooBackend : public Backend {
  public:
-  GlooBackend(std::shared_ptr<Store> store, std::shared_ptr<gloo::transport::Device> device,
+  GlooBackend(std::shared_ptr<Store> store, const std::string& store_key,
+              std::shared_ptr<gloo::transport::Device> device,
               std::shared_ptr<gloo::Context> context, size_t one_shot_max_bytes)
       : store_(std::move(store)),
+        comm_store_(std::make_shared<PrefixStore>(store_key, store_)),
         device_(std::move(device)),
         context_(std::move(context)),
         one_shot_max_bytes_(one_shot_max_bytes) {}
@@ -136,8 +155,14 @@ class GlooBackend : public Backend {
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {
-      // An escaping Gloo exception would abort the process: always translate.
-      throw translate(e);
+      // An escaping Gloo exception would abort the process: always translate. A collective whose
+      // ranks passed different sizes fails here too (its messages never match): say so.
+      Error error = translate(e);
+      if (gloo_timeout(op) < op.timeout && error.code() != ErrorCode::kInvalidArgument) {
+        error = gloo_diagnose(op, context_->rank, context_->size, *comm_store_,
+                              diagnose_reserve(op), std::move(error));
+      }
+      throw error;
     }
   }
 
@@ -153,7 +178,7 @@ class GlooBackend : public Backend {
         o.setTimeout(spec.timeout);
         gloo::barrier(o);
       }
-      return std::make_unique<GlooBackend>(store_, device_, std::move(context),
+      return std::make_unique<GlooBackend>(store_, spec.store_key, device_, std::move(context),
                                            one_shot_max_bytes_);
     } catch (const Error&) {
       throw;
@@ -168,13 +193,13 @@ class GlooBackend : public Backend {
   }
 
  private:
-  uint32_t tag(const Op& op) const { return static_cast<uint32_t>(op.collective_seq); }
+  uint32_t tag(const Op& op) const { return gloo_tag(op); }
 
   void dispatch(const Op& op) {
     // Gloo's all_gather divides by the element count: nothing to move, nothing to do (validation
     // guarantees the output is empty too).
     if (op.kind == OpKind::kAllGather && op.input.count == 0) return;
-    const auto timeout = op.timeout;
+    const auto timeout = gloo_timeout(op);
     const DType dtype = op.kind == OpKind::kScatter ? op.output.dtype : op.input.dtype;
     const size_t n = static_cast<size_t>(context_->size);
     const int rank = context_->rank;
@@ -377,7 +402,7 @@ class GlooBackend : public Backend {
     counts.setInput(sending.data(), n);
     counts.setOutput(incoming.data(), n);
     counts.setTag(tag(op));
-    counts.setTimeout(op.timeout);
+    counts.setTimeout(gloo_timeout(op));
     gloo::alltoall(counts);
     std::string mismatch;
     for (size_t j = 0; j < n; ++j) {
@@ -398,7 +423,7 @@ class GlooBackend : public Backend {
     o.setInput(typed<T>(op.input), sending);
     o.setOutput(out, incoming);
     o.setTag(tag(op) ^ 0x80000000u);  // The counts used tag(op).
-    o.setTimeout(op.timeout);
+    o.setTimeout(gloo_timeout(op));
     gloo::alltoallv(o);
     if (!mismatch.empty()) throw Error(ErrorCode::kInvalidArgument, {}, mismatch);
   }
@@ -430,7 +455,7 @@ class GlooBackend : public Backend {
     std::unique_ptr<gloo::transport::UnboundBuffer> send_buf;
     // One slot for the whole op: messages between a pair on one slot match in order.
     const uint64_t slot = gloo::Slot::build(kReduceScatterSlotPrefix, tag(op));
-    const auto deadline = std::chrono::steady_clock::now() + op.timeout;
+    const auto deadline = std::chrono::steady_clock::now() + gloo_timeout(op);
     const char* outgoing = block(rank - 1);
     for (int step = 0; step < n - 1; ++step) {
       send_buf = context_->createUnboundBuffer(const_cast<char*>(outgoing), bytes);
@@ -461,7 +486,7 @@ class GlooBackend : public Backend {
     auto send_buf = context_->createUnboundBuffer(mine, bytes);
     auto recv_buf = context_->createUnboundBuffer(pair_.data() + bytes * peer, bytes);
     const uint64_t slot = gloo::Slot::build(kOneShotSlotPrefix, tag(op));
-    const auto deadline = std::chrono::steady_clock::now() + op.timeout;
+    const auto deadline = std::chrono::steady_clock::now() + gloo_timeout(op);
     recv_buf->recv(peer, slot);
     send_buf->send(peer, slot);
     recv_buf->waitRecv(deadline);
@@ -473,6 +498,7 @@ class GlooBackend : public Backend {
   }
 
   std::shared_ptr<Store> store_;
+  std::shared_ptr<Store> comm_store_;  // store_ under this communicator's key.
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> context_;
   const size_t one_shot_max_bytes_;  // GlooConfig::one_shot_max_bytes.
@@ -498,8 +524,8 @@ std::unique_ptr<Backend> make_gloo_backend(const GlooConfig& config) {
     auto device = make_device(config);
     auto context =
         connect(config.store, config.store_key, config.rank, config.size, device, config.timeout);
-    return std::make_unique<GlooBackend>(config.store, std::move(device), std::move(context),
-                                         config.one_shot_max_bytes);
+    return std::make_unique<GlooBackend>(config.store, config.store_key, std::move(device),
+                                         std::move(context), config.one_shot_max_bytes);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {

@@ -1,0 +1,97 @@
+#include "runtime/backends/gloo/gloo_signature.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "runtime/reduce_op.h"
+
+namespace meshrt {
+namespace {
+
+// The buffer whose count every rank must agree on: the block, where the ops have one.
+const BufferView& agreed_buffer(const Op& op) {
+  return op.kind == OpKind::kReduceScatter || op.kind == OpKind::kScatter ? op.output : op.input;
+}
+
+bool rooted(OpKind k) {
+  return k == OpKind::kBroadcast || k == OpKind::kReduce || k == OpKind::kGather ||
+         k == OpKind::kScatter;
+}
+bool reduces(OpKind k) {
+  return k == OpKind::kAllReduce || k == OpKind::kReduce || k == OpKind::kReduceScatter;
+}
+bool uneven(const Op& op) { return op.kind == OpKind::kAllToAll && !op.input_splits.empty(); }
+
+// A multiply-xorshift mix of the words (splitmix64's constants): the same on every rank for the
+// same arguments, a few ns per op and no allocation, as it runs on every op.
+uint32_t mix(std::initializer_list<uint64_t> words) {
+  uint64_t h = 0x9e3779b97f4a7c15ull;
+  for (uint64_t w : words) {
+    h = (h ^ w) * 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 31;
+  }
+  return static_cast<uint32_t>(h >> 32);
+}
+
+}  // namespace
+
+std::string gloo_signature(const Op& op) {
+  std::string s(op_kind_name(op.kind));
+  if (op.kind == OpKind::kBarrier) return s;
+  const BufferView& b = agreed_buffer(op);
+  if (uneven(op)) {
+    s += fmt::format(" with splits of {}", dtype_name(b.dtype));  // Counts travel first.
+  } else {
+    s += fmt::format(" of {} x {} ({} bytes)", b.count, dtype_name(b.dtype), b.bytes());
+  }
+  if (rooted(op.kind)) s += fmt::format(", root {}", op.root);
+  if (reduces(op.kind)) s += fmt::format(", {}", reduce_op_name(op.reduce_op));
+  return s;
+}
+
+uint32_t gloo_tag(const Op& op) {
+  const uint32_t seq = static_cast<uint32_t>(op.collective_seq) & 0xffffu;
+  const BufferView& b = agreed_buffer(op);
+  const uint32_t h =
+      mix({static_cast<uint64_t>(op.kind), uneven(op) ? ~uint64_t{0} : b.count,
+           static_cast<uint64_t>(b.dtype), rooted(op.kind) ? static_cast<uint64_t>(op.root) : 0,
+           reduces(op.kind) ? static_cast<uint64_t>(op.reduce_op) : 0});
+  return seq | (h << 16);
+}
+
+Error gloo_diagnose(const Op& op, int rank, int size, Store& store, std::chrono::milliseconds wait,
+                    Error failure) {
+  const std::string mine = gloo_signature(op);
+  const auto key = [&](int r) { return fmt::format("signature/{}/{}", op.collective_seq, r); };
+  std::vector<std::pair<std::string, std::vector<int>>> groups;  // In order of their first rank.
+  try {
+    store.set(key(rank), std::span<const char>(mine.data(), mine.size()));
+    const auto deadline = std::chrono::steady_clock::now() + wait;
+    for (int r = 0; r < size; ++r) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      const auto value = store.get(key(r), std::max(left, std::chrono::milliseconds(1)));
+      const std::string signature(value.begin(), value.end());
+      auto it = std::find_if(groups.begin(), groups.end(),
+                             [&](const auto& g) { return g.first == signature; });
+      if (it == groups.end()) it = groups.insert(groups.end(), {signature, {}});
+      it->second.push_back(r);
+    }
+  } catch (const std::exception&) {
+    return failure;  // A peer that never says is dead or hung: the failure stands.
+  }
+  if (groups.size() == 1) return failure;
+  std::vector<std::string> parts;
+  for (const auto& [signature, ranks] : groups) {
+    parts.push_back(fmt::format("rank{} [{}] passed {}", ranks.size() > 1 ? "s" : "",
+                                fmt::join(ranks, ", "), signature));
+  }
+  return Error(ErrorCode::kInvalidArgument, {},
+               fmt::format("ranks passed different arguments to one collective: {} (so their "
+                           "messages never matched: {})",
+                           fmt::join(parts, "; "), failure.detail()));
+}
+
+}  // namespace meshrt
