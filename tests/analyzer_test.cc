@@ -230,6 +230,55 @@ TEST_F(AnalyzerTest, FollowsWaitsAcrossGroupsToTheRoot) {
       << text;
 }
 
+// 8 ranks as dp 4 x tp 2: four tp pairs [0,1] [2,3] [4,5] [6,7], two dp groups of 4.
+FrJob pairs_job() {
+  FrJob job(8);
+  job.add_group({"world", "default_pg", {0, 1, 2, 3, 4, 5, 6, 7}, std::nullopt});
+  for (int p = 0; p < 4; ++p) job.add_group({"mesh0/tp", "mesh_tp", {2 * p, 2 * p + 1}, "tp"});
+  job.add_group({"mesh0/dp", "mesh_dp", {0, 2, 4, 6}, "dp"});
+  job.add_group({"mesh0/dp", "mesh_dp", {1, 3, 5, 7}, "dp"});
+  return job;
+}
+
+// A tp pair has no majority (rank 2 all_reduce, rank 3 all_gather): the three sibling tp pairs
+// all ran all_reduce at that seq, so rank 3 is the odd one out, and rank 2 is innocent.
+TEST_F(AnalyzerTest, UsesSiblingGroupsOfTheMeshDimWhenAGroupHasNoMajority) {
+  for (const bool odd_gathers : {true, false}) {
+    FrJob job = pairs_job();
+    for (int s = 0; s < 2; ++s) {
+      job.collective("mesh0/tp", "all_reduce", 256);
+      job.collective("mesh0/dp", "all_reduce", 1024);
+    }
+    const int odd = odd_gathers ? 3 : 2;
+    for (int r = 0; r < 8; ++r) {
+      const bool pair = r == 2 || r == 3;
+      job.call(r, "mesh0/tp", r == odd ? "all_gather" : "all_reduce", 256,
+               pair ? "started" : "completed");
+    }
+    for (const int r : {0, 1, 4, 5, 6, 7}) job.call(r, "mesh0/dp", "all_reduce", 1024, "started");
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    job.write(dir_);
+    const Report report = analyze();
+    std::vector<const Finding*> roots;
+    for (const Finding& f : report.findings) {
+      if (f.root) roots.push_back(&f);
+      // The dp groups wait for the pair: consequences that point at the tp finding.
+      if (!f.root) {
+        EXPECT_NE(f.detail.find("has a type_mismatch finding"), std::string::npos) << f.detail;
+      }
+    }
+    ASSERT_EQ(roots.size(), 1u) << describe(report);
+    EXPECT_EQ(roots[0]->kind, FindingKind::kTypeMismatch);
+    EXPECT_EQ(roots[0]->group_ranks, (std::vector<int>{2, 3}));
+    EXPECT_EQ(roots[0]->seq, 3);
+    EXPECT_EQ(roots[0]->culprit_ranks, std::vector<int>{odd});
+    EXPECT_NE(roots[0]->detail.find("as did all 3 other mesh0/tp groups of dim tp"),
+              std::string::npos)
+        << roots[0]->detail;
+  }
+}
+
 // Rank 0 waits in group a for rank 1, which waits in group b for rank 0: neither finding follows
 // from the other alone; both are reported as roots of one deadlock.
 TEST_F(AnalyzerTest, WaitCycleIsADeadlock) {

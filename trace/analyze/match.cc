@@ -507,14 +507,29 @@ class Matcher {
       return *compare(issued[classes[a].front()], issued[classes[b].front()]);
     };
     const std::string what = fmt::format("{} #{}", type, key.seq);
-    if (classes[0].size() > classes[1].size()) {
+    // A group too small for a majority (a tp pair): the class that did what the sibling groups
+    // of its mesh dim did at this seq is right.
+    size_t siblings = 0;
+    if (classes[0].size() <= classes[1].size()) {
+      if (const auto right = class_of_siblings(key, issued, classes, siblings)) {
+        std::swap(classes[0], classes[*right]);
+        std::swap(ranks[0], ranks[*right]);
+      } else {
+        siblings = 0;
+      }
+    }
+    if (siblings > 0 || classes[0].size() > classes[1].size()) {
       for (size_t c = 1; c < classes.size(); ++c) {
         const Difference d01 = diff(c, 0);
         Draft& d = add_draft(d01.kind, key, type, what);
         d.finding.culprit_ranks = ranks[c];
-        d.finding.detail = fmt::format("{}: {} {} while {} {} ({} of {} agree)", what,
-                                       ranks_phrase(ranks[c]), d01.culprit, ranks_phrase(ranks[0]),
-                                       d01.majority, classes[0].size(), issued.size());
+        const std::string agree =
+            siblings > 0 ? fmt::format("as did all {} other {} group{} of dim {}", siblings,
+                                       m_.groups[key.group].name, siblings == 1 ? "" : "s",
+                                       *m_.groups[key.group].mesh_dim)
+                         : fmt::format("{} of {} agree", classes[0].size(), issued.size());
+        d.finding.detail = fmt::format("{}: {} {} while {} {} ({})", what, ranks_phrase(ranks[c]),
+                                       d01.culprit, ranks_phrase(ranks[0]), d01.majority, agree);
         d.classes = {ranks[c], ranks[0]};
       }
       return true;
@@ -532,6 +547,45 @@ class Matcher {
     d.finding.detail = fmt::format("{}: no majority: {}", what, fmt::join(parts, "; "));
     d.classes = std::move(ranks);
     return true;
+  }
+
+  // The one class of `issued` whose op every sibling group (same name and mesh dim, other
+  // ranks) issued at key.seq, all its members alike; nullopt when there is none or several.
+  // `siblings` is set to the number of sibling groups that issued it.
+  std::optional<size_t> class_of_siblings(const OpKey& key, const std::vector<Issued>& issued,
+                                          const std::vector<std::vector<size_t>>& classes,
+                                          size_t& siblings) const {
+    const Group& g = m_.groups[key.group];
+    if (!g.mesh_dim) return std::nullopt;
+    std::vector<size_t> votes(classes.size(), 0);
+    siblings = 0;
+    for (uint32_t si = 0; si < m_.groups.size(); ++si) {
+      const Group& sg = m_.groups[si];
+      if (si == key.group || sg.name != g.name || sg.mesh_dim != g.mesh_dim) continue;
+      std::vector<bool> agrees(classes.size(), true);
+      bool any = false;
+      for (size_t m = 0; m < sg.ranks.size(); ++m) {
+        if (sg.member_dump[m] < 0 || sg.member_slot[m] < 0) continue;
+        const RankGroup& rg = m_.states[sg.member_dump[m]].groups[sg.member_slot[m]];
+        const CollOp* op = rg.find(key.seq);
+        if (op == nullptr) continue;
+        const Issued x{sg.ranks[m], &m_.dumps[sg.member_dump[m]], &rg, op};
+        any = true;
+        for (size_t c = 0; c < classes.size(); ++c) {
+          if (compare(issued[classes[c].front()], x)) agrees[c] = false;
+        }
+      }
+      if (!any) continue;
+      ++siblings;
+      for (size_t c = 0; c < classes.size(); ++c) votes[c] += agrees[c] ? 1 : 0;
+    }
+    std::optional<size_t> right;
+    for (size_t c = 0; c < classes.size(); ++c) {
+      if (siblings == 0 || votes[c] != siblings) continue;
+      if (right) return std::nullopt;
+      right = c;
+    }
+    return right;
   }
 
   void check_states(const OpKey& key, std::string_view type, const std::vector<Issued>& issued) {
