@@ -279,6 +279,49 @@ TEST_F(AnalyzerTest, UsesSiblingGroupsOfTheMeshDimWhenAGroupHasNoMajority) {
   }
 }
 
+// 2 x 2 (dp, tp): rank 2 is killed (no dump) in the middle of step 3. Rank 3 waits for it in tp,
+// rank 0 in dp, and rank 1 in dp for rank 3: only rank 2 is the root; ranks 3 and 0 are victims,
+// named with the op they waited in.
+TEST_F(AnalyzerTest, VictimsOfAKilledRankAreNotRootCauses) {
+  FrJob job(4);
+  job.add_group({"world", "default_pg", {0, 1, 2, 3}, std::nullopt});
+  job.add_group({"mesh0/tp", "mesh_tp", {0, 1}, "tp"});
+  job.add_group({"mesh0/tp", "mesh_tp", {2, 3}, "tp"});
+  job.add_group({"mesh0/dp", "mesh_dp", {0, 2}, "dp"});
+  job.add_group({"mesh0/dp", "mesh_dp", {1, 3}, "dp"});
+  for (int s = 0; s < 2; ++s) {
+    job.collective("mesh0/tp", "all_reduce", 256);
+    job.collective("mesh0/dp", "all_reduce", 1024);
+  }
+  for (const int r : {0, 1}) job.call(r, "mesh0/tp", "all_reduce", 256);
+  job.call(3, "mesh0/tp", "all_reduce", 256, "started");
+  for (const int r : {0, 1}) job.call(r, "mesh0/dp", "all_reduce", 1024, "started");
+  job.write(dir_, "fr_", {0, 1, 3});
+  AnalyzeOptions options;
+  options.allow_incomplete_ranks = true;
+  const Report report = analyze(options);
+  std::vector<int> root_culprits;
+  for (const Finding& f : report.findings) {
+    if (!f.root) continue;
+    root_culprits.insert(root_culprits.end(), f.culprit_ranks.begin(), f.culprit_ranks.end());
+    root_culprits.insert(root_culprits.end(), f.missing_ranks.begin(), f.missing_ranks.end());
+  }
+  std::sort(root_culprits.begin(), root_culprits.end());
+  root_culprits.erase(std::unique(root_culprits.begin(), root_culprits.end()), root_culprits.end());
+  EXPECT_EQ(root_culprits, std::vector<int>{2}) << describe(report);
+  // Rank 3's wait is followed to rank 2 and named.
+  const auto victim =
+      std::find_if(report.findings.begin(), report.findings.end(), [](const Finding& f) {
+        return f.group_ranks == std::vector{1, 3};
+      });
+  ASSERT_NE(victim, report.findings.end()) << describe(report);
+  EXPECT_FALSE(victim->root);
+  EXPECT_NE(victim->detail.find("rank 3 is blocked in all_reduce #3 on dim tp"), std::string::npos)
+      << victim->detail;
+  EXPECT_NE(victim->detail.find("waiting for rank 2, which left no dump"), std::string::npos)
+      << victim->detail;
+}
+
 // Rank 0 waits in group a for rank 1, which waits in group b for rank 0: neither finding follows
 // from the other alone; both are reported as roots of one deadlock.
 TEST_F(AnalyzerTest, WaitCycleIsADeadlock) {

@@ -112,7 +112,32 @@ class Explainer {
         return &p;
       }
     }
+    // An op waiting on a member that left no dump (killed, crashed): the wait ends at that
+    // member, so the rank is its victim, not a cause of its own.
+    if (missing_draft_ >= 0) {
+      for (const Pending& p : m_.states[di].pending) {
+        if (!(p.key == except) && !dumpless(p.key, rank).empty()) {
+          *finding = missing_draft_;
+          return &p;
+        }
+      }
+    }
     return first;
+  }
+
+  // The ranks `rank` waits on in op `key` that left no dump.
+  std::vector<int> dumpless(const OpKey& key, int rank) const {
+    std::vector<int> out;
+    if (key.src >= 0) {
+      const int other = rank == key.src ? key.dst : key.src;
+      if (m_.dump_of(other) == nullptr) out.push_back(other);
+      return out;
+    }
+    const Group& g = m_.groups[key.group];
+    for (size_t m = 0; m < g.ranks.size(); ++m) {
+      if (g.member_dump[m] < 0) out.push_back(g.ranks[m]);
+    }
+    return out;
   }
 
   // Where a rank waits: "is blocked in all_gather #17 on dim dp (group mesh0/dp [2, 6];
@@ -128,7 +153,10 @@ class Explainer {
                     op_phrase(p.key, m_.type_name(e), rank), m_.where(p.key.group, note));
     if (target >= 0) {
       const Finding& t = m_.drafts[target].finding;
-      if (t.kind == FindingKind::kNotJoined) {
+      if (t.kind == FindingKind::kMissingDump) {
+        s += fmt::format(", waiting for {}, which left no dump",
+                         ranks_phrase(dumpless(p.key, rank)));
+      } else if (t.kind == FindingKind::kNotJoined) {
         s += fmt::format(", which {} did not join", ranks_phrase(t.missing_ranks));
       } else {
         s += fmt::format(", which has a {} finding", finding_kind_name(t.kind));
@@ -186,6 +214,9 @@ class Explainer {
 
   void find_causes() {
     std::vector<Draft>& drafts = m_.drafts;
+    for (size_t i = 0; i < drafts.size(); ++i) {
+      if (drafts[i].finding.kind == FindingKind::kMissingDump) missing_draft_ = static_cast<int>(i);
+    }
     for (size_t i = 0; i < drafts.size(); ++i) {
       if (drafts[i].key.group == UINT32_MAX) continue;
       finding_of_.emplace(drafts[i].key, static_cast<int>(i));
@@ -478,6 +509,7 @@ class Explainer {
 
   Matching& m_;
   std::unordered_map<OpKey, int, OpKeyHash> finding_of_;
+  int missing_draft_ = -1;                         // The missing_dump finding's draft, if any.
   std::unordered_set<OpKey, OpKeyHash> diverged_;  // Ops with a not_joined or mismatch finding.
 };
 
