@@ -22,12 +22,7 @@ using testing::FrJob;
 
 // 4 ranks as 2 x 2 (dp, tp) with collectives, a coalesced group, p2p and a stuck rank.
 std::vector<std::string> job_dumps() {
-  FrJob job(4);
-  job.add_group({"world", "default_pg", {0, 1, 2, 3}, std::nullopt});
-  job.add_group({"mesh0/tp", "mesh_tp", {0, 1}, "tp"});
-  job.add_group({"mesh0/tp", "mesh_tp", {2, 3}, "tp"});
-  job.add_group({"mesh0/dp", "mesh_dp", {0, 2}, "dp"});
-  job.add_group({"mesh0/dp", "mesh_dp", {1, 3}, "dp"});
+  FrJob job = testing::dp_tp_job(2, 2);
   for (int step = 0; step < 3; ++step) {
     job.collective("mesh0/tp", "all_reduce", 64);
     job.collective("mesh0/dp", "reduce_scatter", 128);

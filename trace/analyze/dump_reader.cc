@@ -553,7 +553,7 @@ std::string read_dump_file(const std::filesystem::path& path, std::string& out) 
   size_t got = 0;
   bool sniffed = false;
   while (true) {
-    if (!sniffed && (got >= kSniffBytes || got == out.size())) {
+    if (!sniffed && got >= kSniffBytes) {
       if (std::string error = sniff_dump_format({out.data(), got}, false); !error.empty()) {
         ::close(fd);
         return error;
