@@ -720,6 +720,38 @@ TEST_F(AnalyzerTest, PipelineStageThatSkippedARecv) {
   EXPECT_TRUE(f.root);
 }
 
+// A 3-stage pipeline whose middle stage posts its recv from the wrong peer (stage 2, which never
+// sends to it): rank 1 is named first, as the rank whose op has no matching peer op; stage 0
+// waits on it, and stages 1 and 2 wait on each other.
+TEST_F(AnalyzerTest, P2pDeadlockNamesTheRankThatReceivedFromTheWrongPeer) {
+  FrJob job = world_job(3);
+  for (int mb = 0; mb < 3; ++mb) {
+    job.send(0, "world", 1, 256);
+    job.recv(1, "world", 0, 256);
+    job.send(1, "world", 2, 256);
+    job.recv(2, "world", 1, 256);
+  }
+  job.send(0, "world", 1, 256, "started");
+  job.recv(1, "world", 2, 256, "started");
+  job.recv(2, "world", 1, 256, "started");
+  job.write(dir_);
+  const Report report = analyze();
+  ASSERT_FALSE(report.findings.empty()) << describe(report);
+  const Finding& first = report.findings[0];
+  EXPECT_TRUE(first.root) << describe(report);
+  EXPECT_EQ(first.culprit_ranks, std::vector<int>{1}) << describe(report);
+  EXPECT_EQ(first.op, "recv") << describe(report);
+  EXPECT_NE(first.detail.find("rank 1 posted recv #1 from rank 2 but rank 2 never sent to rank 1"),
+            std::string::npos)
+      << first.detail;
+  EXPECT_NE(first.detail.find("cycle (a deadlock)"), std::string::npos) << first.detail;
+  for (const Finding& f : report.findings) {
+    if (f.root) {
+      EXPECT_EQ(f.culprit_ranks, std::vector<int>{1}) << describe(report);
+    }
+  }
+}
+
 TEST_F(AnalyzerTest, P2pSizeMismatch) {
   FrJob job = world_job(2);
   job.send(0, "world", 1, 8);

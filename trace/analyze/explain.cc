@@ -267,9 +267,19 @@ class Explainer {
         i = next[i];
       }
       if (i >= 0 && mark[i] == 1) {
-        for (auto it = std::find(path.begin(), path.end(), i); it != path.end(); ++it) {
+        const auto cycle = std::find(path.begin(), path.end(), i);
+        // A p2p deadlock traced to one op on a channel its peer never used: that op's issuer
+        // (who sent to or received from the wrong peer) is the root, and the cycle follows.
+        const auto fresh =
+            std::count_if(cycle, path.end(), [&](int c) { return drafts[c].fresh_channel; });
+        for (auto it = cycle; it != path.end(); ++it) {
           drafts[*it].cycle = true;
-          next[*it] = -1;
+          if (fresh != 1) next[*it] = -1;
+          if (fresh == 1 && drafts[*it].fresh_channel) {
+            next[*it] = -1;
+            drafts[*it].opened_cycle = true;
+            drafts[*it].finding.culprit_ranks = drafts[*it].issuers;
+          }
         }
       }
       for (const int p : path) mark[p] = 2;
@@ -322,7 +332,14 @@ class Explainer {
     Finding& f = d.finding;
     if (f.kind == FindingKind::kNotJoined) {
       const std::string doing_now = doing(f.missing_ranks, d.key, d.key.group);
-      if (d.key.src >= 0) {
+      if (d.opened_cycle) {
+        const bool sent = d.issuers.front() == d.key.src;
+        f.detail = fmt::format(
+            "rank {} posted {} but rank {} never {} rank {} on this channel: no matching peer op "
+            "(the wrong peer?); {}",
+            d.issuers.front(), d.what, f.missing_ranks.front(), sent ? "received from" : "sent to",
+            d.issuers.front(), doing_now);
+      } else if (d.key.src >= 0) {
         // The issuer sent (it is the channel's source) or received; the peer posted neither.
         const OpKind unposted = d.issuers.front() == d.key.src ? OpKind::kRecv : OpKind::kSend;
         f.detail =

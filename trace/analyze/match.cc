@@ -695,6 +695,7 @@ class Matcher {
     Draft& d = add_draft(FindingKind::kNotJoined, key, type, op_phrase(key, type, issuer));
     d.finding.missing_ranks = {peer};
     d.issuers = {issuer};
+    d.fresh_channel = others.empty() && !pd->wrapped();
   }
 
   // ---- missing dumps ------------------------------------------------------------------------
