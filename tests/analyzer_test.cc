@@ -752,6 +752,39 @@ TEST_F(AnalyzerTest, P2pDeadlockNamesTheRankThatReceivedFromTheWrongPeer) {
   }
 }
 
+// PyTorch's own-size rules, on ops every rank called alike: sizes that cannot fit the op.
+TEST_F(AnalyzerTest, OpsWhoseOwnSizesCannotFit) {
+  struct Case {
+    std::string type;
+    std::vector<int64_t> in, out;
+    std::string rule;
+  };
+  const Case cases[] = {
+      {"all_reduce", {4}, {8}, "all_reduce needs its output the size of its input"},
+      {"all_gather", {256}, {768}, "all_gather needs an output 4 times its input"},
+      {"reduce_scatter", {512}, {256}, "reduce_scatter needs an input 4 times its output"},
+  };
+  for (const Case& c : cases) {
+    FrJob job = world_job(4);
+    job.collective("world", "all_reduce", 16);
+    for (int r = 0; r < 4; ++r) {
+      testing::FrEntry& e = job.call(r, "world", c.type, 1, "started");
+      e.input_sizes = {c.in};
+      e.output_sizes = {c.out};
+    }
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    job.write(dir_);
+    const Report report = analyze();
+    ASSERT_EQ(report.findings.size(), 1u) << describe(report);
+    const Finding& f = report.findings[0];
+    EXPECT_EQ(f.kind, FindingKind::kSizeMismatch) << f.detail;
+    EXPECT_EQ(f.seq, 2);
+    EXPECT_EQ(f.culprit_ranks, (std::vector<int>{0, 1, 2, 3}));
+    EXPECT_NE(f.detail.find(c.rule), std::string::npos) << f.detail;
+  }
+}
+
 TEST_F(AnalyzerTest, P2pSizeMismatch) {
   FrJob job = world_job(2);
   job.send(0, "world", 1, 8);

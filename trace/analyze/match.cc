@@ -20,7 +20,10 @@ int64_t first_numel(std::span<const int64_t> pool) {
   if (pool.empty()) return 0;
   int64_t numel = 1;
   const auto ndim = static_cast<size_t>(pool[0]);
-  for (size_t d = 1; d <= ndim && d < pool.size(); ++d) numel *= pool[d];
+  // Saturates: a crafted dump's dims must not overflow.
+  for (size_t d = 1; d <= ndim && d < pool.size(); ++d) {
+    if (__builtin_mul_overflow(numel, pool[d], &numel)) return INT64_MAX;
+  }
   return numel;
 }
 
@@ -442,6 +445,7 @@ class Matcher {
       for (const Issued& x : issued) d.issuers.push_back(x.rank);
     }
     if (check_signatures(key, type, issued)) return;
+    if (check_own_sizes(key, type, issued)) return;
 
     // all_to_all: shapes are per-rank splits; the elements sent must equal those received.
     if ((flags & kAllToAll) != 0 && missing.empty() && !unknown && issued.front().op->count == 1 &&
@@ -546,6 +550,47 @@ class Matcher {
     std::sort(d.finding.culprit_ranks.begin(), d.finding.culprit_ranks.end());
     d.finding.detail = fmt::format("{}: no majority: {}", what, fmt::join(parts, "; "));
     d.classes = std::move(ranks);
+    return true;
+  }
+
+  // PyTorch's own-size rules: all_reduce's input and output are the same size, all_gather's
+  // output is the input times the group size, reduce_scatter's input the output times it (or,
+  // in list form, one tensor per member). The ranks agree here, so all of them called it so.
+  bool check_own_sizes(const OpKey& key, std::string_view type, const std::vector<Issued>& issued) {
+    const Issued& x = issued.front();
+    if (x.op->count != 1) return false;
+    const DumpEntry& e = x.last();
+    const std::optional<OpKind> kind = m_.type(e).kind;
+    const std::span<const int64_t> in = x.dump->span(e.input_sizes);
+    const std::span<const int64_t> out = x.dump->span(e.output_sizes);
+    if (!kind || in.empty() || out.empty()) return false;
+    const auto k = static_cast<int64_t>(m_.groups[key.group].ranks.size());
+    const int64_t in_numel = first_numel(in), out_numel = first_numel(out);
+    auto shapes = [](std::span<const int64_t> pool) {
+      size_t n = 0;
+      for (size_t i = 0; i < pool.size(); i += static_cast<size_t>(pool[i]) + 1) ++n;
+      return static_cast<int64_t>(n);
+    };
+    auto times = [](int64_t a, int64_t b) {
+      int64_t r = 0;
+      return __builtin_mul_overflow(a, b, &r) ? INT64_MAX : r;
+    };
+    std::string rule;
+    if (*kind == OpKind::kAllReduce && in_numel != out_numel) {
+      rule = "all_reduce needs its output the size of its input";
+    } else if (*kind == OpKind::kAllGather && shapes(out) != k && out_numel != times(in_numel, k)) {
+      rule = fmt::format("all_gather needs an output {} times its input (the group's size)", k);
+    } else if (*kind == OpKind::kReduceScatter && shapes(in) != k &&
+               in_numel != times(out_numel, k)) {
+      rule = fmt::format("reduce_scatter needs an input {} times its output (the group's size)", k);
+    }
+    if (rule.empty()) return false;
+    const std::string what = fmt::format("{} #{}", type, key.seq);
+    Draft& d = add_draft(FindingKind::kSizeMismatch, key, type, what);
+    for (const Issued& i : issued) d.finding.culprit_ranks.push_back(i.rank);
+    d.finding.detail = fmt::format("{}: {} passed input {} and output {}: {}", what,
+                                   ranks_phrase(d.finding.culprit_ranks), format_shapes(in),
+                                   format_shapes(out), rule);
     return true;
   }
 
