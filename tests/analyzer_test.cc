@@ -785,6 +785,19 @@ TEST_F(AnalyzerTest, OpsWhoseOwnSizesCannotFit) {
   }
 }
 
+// Rank 2 describes the tp group as another one: the dumps cannot be matched, exit 2.
+TEST_F(AnalyzerTest, GroupDescribedDifferentlyAcrossRanksIsRefused) {
+  FrJob job = world_job(3);
+  job.collective("world", "all_reduce", 4);
+  job.dump(2).groups[0].desc = "mesh_dp";
+  job.write(dir_);
+  const CliResult r = cli("analyze " + dir_.string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("group 'world' [0, 1, 2] is 'default_pg' in '"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("but 'mesh_dp' in '" + (dir_ / "fr_2").string() + "'"), std::string::npos)
+      << r.err;
+}
+
 TEST_F(AnalyzerTest, P2pSizeMismatch) {
   FrJob job = world_job(2);
   job.send(0, "world", 1, 8);

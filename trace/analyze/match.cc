@@ -89,6 +89,7 @@ class Matcher {
       max_rank = std::max({max_rank, d.rank, static_cast<int>(d.world_size.value_or(0)) - 1});
     }
     std::map<std::pair<std::string, std::vector<int>>, uint32_t> ids;
+    std::map<uint32_t, std::pair<const std::string*, const RankDump*>> descs;  // First seen.
     m_.states.resize(m_.dumps.size());
     for (size_t di = 0; di < m_.dumps.size(); ++di) {
       const RankDump& d = m_.dumps[di];
@@ -99,6 +100,16 @@ class Matcher {
         for (const int r : ranks) max_rank = std::max(max_rank, r);
         const auto [it, added] =
             ids.emplace(std::pair{g.name, ranks}, static_cast<uint32_t>(m_.groups.size()));
+        // One group has one description everywhere (PyTorch's analyzer checks it too): ranks
+        // that disagree created their groups in different orders or with different names.
+        const auto [first, new_desc] = descs.emplace(it->second, std::pair{&g.desc, &d});
+        if (!new_desc && *first->second.first != g.desc) {
+          throw InputError(fmt::format(
+              "group '{}' {} is '{}' in '{}' but '{}' in '{}': the ranks describe one group "
+              "differently",
+              g.name, format_ranks(ranks), *first->second.first, first->second.second->path, g.desc,
+              d.path));
+        }
         if (added) {
           m_.groups.push_back(Group{.name = g.name,
                                     .ranks = std::move(ranks),
