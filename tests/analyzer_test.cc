@@ -308,6 +308,28 @@ TEST_F(AnalyzerTest, VictimsOfAKilledRankAreNotRootCauses) {
       << victim->detail;
 }
 
+// Rank 1 skipped the last all_reduce (a clear verdict); rank 3, which joined it, died of a
+// signal before dumping. The verdict stays rank 1; rank 3's missing dump is no root beside it.
+TEST_F(AnalyzerTest, ADumplessRankDoesNotHideAClearVerdict) {
+  FrJob job = world_job(4);
+  job.collective("world", "all_reduce", 8);
+  for (const int r : {0, 2, 3}) job.call(r, "world", "all_reduce", 8, "started");
+  job.write(dir_, "fr_", {0, 1, 2});
+  AnalyzeOptions options;
+  options.allow_incomplete_ranks = true;
+  const Report report = analyze(options);
+  std::vector<int> root_culprits;
+  for (const Finding& f : report.findings) {
+    if (f.root) {
+      root_culprits.insert(root_culprits.end(), f.culprit_ranks.begin(), f.culprit_ranks.end());
+    }
+  }
+  EXPECT_EQ(root_culprits, std::vector<int>{1}) << describe(report);
+  ASSERT_EQ(report.findings.size(), 2u) << describe(report);
+  EXPECT_EQ(report.findings[1].kind, FindingKind::kMissingDump);
+  EXPECT_FALSE(report.findings[1].root);
+}
+
 // Rank 0 waits in group a for rank 1, which waits in group b for rank 0: neither finding follows
 // from the other alone; both are reported as roots of one deadlock.
 TEST_F(AnalyzerTest, WaitCycleIsADeadlock) {

@@ -288,6 +288,16 @@ class Explainer {
       drafts[i].cause = next[i];
       drafts[i].finding.root = next[i] < 0;
     }
+    // A rank that died without a dump (a signal) while no wait ends at it explains nothing of
+    // a hang that other roots explain: it is not a root beside them.
+    if (missing_draft_ >= 0) {
+      bool waited_on = false, other_root = false;
+      for (size_t i = 0; i < drafts.size(); ++i) {
+        waited_on |= next[i] == missing_draft_;
+        other_root |= next[i] < 0 && static_cast<int>(i) != missing_draft_;
+      }
+      if (!waited_on && other_root) drafts[missing_draft_].finding.root = false;
+    }
     mark_shifted();
     for (Draft& d : drafts) write_detail(d);
   }
