@@ -154,6 +154,19 @@ for src in sys.argv[2:]:
 
 std::string describe(const Report& report) { return trace::format_text(report); }
 
+// The ranks root findings blame or miss, sorted: who the verdict points at.
+std::vector<int> root_blame(const Report& report) {
+  std::vector<int> ranks;
+  for (const Finding& f : report.findings) {
+    if (!f.root) continue;
+    ranks.insert(ranks.end(), f.culprit_ranks.begin(), f.culprit_ranks.end());
+    ranks.insert(ranks.end(), f.missing_ranks.begin(), f.missing_ranks.end());
+  }
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  return ranks;
+}
+
 TEST_F(AnalyzerTest, CleanJobHasNoFindings) {
   FrJob job = mesh_job();
   train(job, 5);
@@ -283,18 +296,8 @@ TEST_F(AnalyzerTest, VictimsOfAKilledRankAreNotRootCauses) {
   job.call(3, "mesh0/tp", "all_reduce", 256, "started");
   for (const int r : {0, 1}) job.call(r, "mesh0/dp", "all_reduce", 1024, "started");
   job.write(dir_, "fr_", {0, 1, 3});
-  AnalyzeOptions options;
-  options.allow_incomplete_ranks = true;
-  const Report report = analyze(options);
-  std::vector<int> root_culprits;
-  for (const Finding& f : report.findings) {
-    if (!f.root) continue;
-    root_culprits.insert(root_culprits.end(), f.culprit_ranks.begin(), f.culprit_ranks.end());
-    root_culprits.insert(root_culprits.end(), f.missing_ranks.begin(), f.missing_ranks.end());
-  }
-  std::sort(root_culprits.begin(), root_culprits.end());
-  root_culprits.erase(std::unique(root_culprits.begin(), root_culprits.end()), root_culprits.end());
-  EXPECT_EQ(root_culprits, std::vector<int>{2}) << describe(report);
+  const Report report = analyze({.prefix = "", .allow_incomplete_ranks = true, .threads = 0});
+  EXPECT_EQ(root_blame(report), std::vector<int>{2}) << describe(report);
   // Rank 3's wait is followed to rank 2 and named.
   const auto victim =
       std::find_if(report.findings.begin(), report.findings.end(), [](const Finding& f) {
@@ -315,16 +318,8 @@ TEST_F(AnalyzerTest, ADumplessRankDoesNotHideAClearVerdict) {
   job.collective("world", "all_reduce", 8);
   for (const int r : {0, 2, 3}) job.call(r, "world", "all_reduce", 8, "started");
   job.write(dir_, "fr_", {0, 1, 2});
-  AnalyzeOptions options;
-  options.allow_incomplete_ranks = true;
-  const Report report = analyze(options);
-  std::vector<int> root_culprits;
-  for (const Finding& f : report.findings) {
-    if (f.root) {
-      root_culprits.insert(root_culprits.end(), f.culprit_ranks.begin(), f.culprit_ranks.end());
-    }
-  }
-  EXPECT_EQ(root_culprits, std::vector<int>{1}) << describe(report);
+  const Report report = analyze({.prefix = "", .allow_incomplete_ranks = true, .threads = 0});
+  EXPECT_EQ(root_blame(report), std::vector<int>{1}) << describe(report);
   ASSERT_EQ(report.findings.size(), 2u) << describe(report);
   EXPECT_EQ(report.findings[1].kind, FindingKind::kMissingDump);
   EXPECT_FALSE(report.findings[1].root);
