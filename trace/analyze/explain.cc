@@ -273,10 +273,10 @@ class Explainer {
         const auto fresh =
             std::count_if(cycle, path.end(), [&](int c) { return drafts[c].fresh_channel; });
         for (auto it = cycle; it != path.end(); ++it) {
+          const bool opened = fresh == 1 && drafts[*it].fresh_channel;
           drafts[*it].cycle = true;
-          if (fresh != 1) next[*it] = -1;
-          if (fresh == 1 && drafts[*it].fresh_channel) {
-            next[*it] = -1;
+          if (fresh != 1 || opened) next[*it] = -1;
+          if (opened) {
             drafts[*it].opened_cycle = true;
             drafts[*it].finding.culprit_ranks = drafts[*it].issuers;
           }
