@@ -5,7 +5,10 @@
 // its tp group waits for it. Dumps are generated once into a temp dir and removed at exit, or
 // kept in $MESHTRACE_BENCH_DIR when set (to time the CLI: meshtrace analyze $MESHTRACE_BENCH_DIR).
 #include <benchmark/benchmark.h>
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -230,5 +233,30 @@ void BM_MatchJob(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_MatchJob)->Iterations(3)->Unit(benchmark::kMillisecond);
+
+// `meshtrace analyze DIR` as a user runs it, in a child: its peak RSS (ru_maxrss) against the
+// bytes of the dumps it read (target: within 3x).
+void BM_MeshtracePeakRss(benchmark::State& state) {
+  const Job& job = Job::get();
+  long peak_kb = 0;
+  int status = -1;
+  for (auto _ : state) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      const int null = ::open("/dev/null", O_WRONLY);
+      ::dup2(null, STDOUT_FILENO);
+      ::execl(MESHRT_MESHTRACE, MESHRT_MESHTRACE, "analyze", job.dir.c_str(), nullptr);
+      ::_exit(127);
+    }
+    struct rusage usage {};
+    ::wait4(pid, &status, 0, &usage);
+    peak_kb = usage.ru_maxrss;
+  }
+  state.counters["exit"] = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  state.counters["peak_rss_MB"] = static_cast<double>(peak_kb) / 1024;
+  state.counters["dump_MB"] = static_cast<double>(job.bytes) / (1 << 20);
+  state.counters["rss_over_dumps"] = static_cast<double>(peak_kb) * 1024 / job.bytes;
+}
+BENCHMARK(BM_MeshtracePeakRss)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace

@@ -1,7 +1,7 @@
 // meshtrace analyze: every finding category, blame by majority whatever the load order, waits
 // followed across groups, where ranks diverged (with call sites), p2p channels, coalesced groups,
-// wrapped rings, missing and corrupt files, version checks, PyTorch FR pickles written by Python's
-// own pickler, and the CLI's exit statuses and JSON. Dumps come from a simulated job
+// wrapped rings, missing, corrupt and hostile files, version checks, PyTorch FR pickles written by
+// Python's own pickler, and the CLI's exit statuses and JSON. Dumps come from a simulated job
 // (trace/analyze/dump_fixtures.h).
 #include "trace/analyze/analyzer.h"
 
@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -153,6 +154,19 @@ for src in sys.argv[2:]:
 
 std::string describe(const Report& report) { return trace::format_text(report); }
 
+// The ranks root findings blame or miss, sorted: who the verdict points at.
+std::vector<int> root_blame(const Report& report) {
+  std::vector<int> ranks;
+  for (const Finding& f : report.findings) {
+    if (!f.root) continue;
+    ranks.insert(ranks.end(), f.culprit_ranks.begin(), f.culprit_ranks.end());
+    ranks.insert(ranks.end(), f.missing_ranks.begin(), f.missing_ranks.end());
+  }
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  return ranks;
+}
+
 TEST_F(AnalyzerTest, CleanJobHasNoFindings) {
   FrJob job = mesh_job();
   train(job, 5);
@@ -228,6 +242,87 @@ TEST_F(AnalyzerTest, FollowsWaitsAcrossGroupsToTheRoot) {
   EXPECT_NE(text.find("mesh dim tp, group mesh0/tp [4, 5, 6, 7]: rank 6 did not join"),
             std::string::npos)
       << text;
+}
+
+// A tp pair has no majority (rank 2 all_reduce, rank 3 all_gather): the three sibling tp pairs
+// all ran all_reduce at that seq, so rank 3 is the odd one out, and rank 2 is innocent.
+TEST_F(AnalyzerTest, UsesSiblingGroupsOfTheMeshDimWhenAGroupHasNoMajority) {
+  for (const bool odd_gathers : {true, false}) {
+    FrJob job = testing::dp_tp_job(4, 2);  // tp pairs [0, 1] ... [6, 7].
+    for (int s = 0; s < 2; ++s) {
+      job.collective("mesh0/tp", "all_reduce", 256);
+      job.collective("mesh0/dp", "all_reduce", 1024);
+    }
+    const int odd = odd_gathers ? 3 : 2;
+    for (int r = 0; r < 8; ++r) {
+      const bool pair = r == 2 || r == 3;
+      job.call(r, "mesh0/tp", r == odd ? "all_gather" : "all_reduce", 256,
+               pair ? "started" : "completed");
+    }
+    for (const int r : {0, 1, 4, 5, 6, 7}) job.call(r, "mesh0/dp", "all_reduce", 1024, "started");
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    job.write(dir_);
+    const Report report = analyze();
+    std::vector<const Finding*> roots;
+    for (const Finding& f : report.findings) {
+      if (f.root) roots.push_back(&f);
+      // The dp groups wait for the pair: consequences that point at the tp finding.
+      if (!f.root) {
+        EXPECT_NE(f.detail.find("has a type_mismatch finding"), std::string::npos) << f.detail;
+      }
+    }
+    ASSERT_EQ(roots.size(), 1u) << describe(report);
+    EXPECT_EQ(roots[0]->kind, FindingKind::kTypeMismatch);
+    EXPECT_EQ(roots[0]->group_ranks, (std::vector<int>{2, 3}));
+    EXPECT_EQ(roots[0]->seq, 3);
+    EXPECT_EQ(roots[0]->culprit_ranks, std::vector<int>{odd});
+    EXPECT_NE(roots[0]->detail.find("as did all 3 other mesh0/tp groups of dim tp"),
+              std::string::npos)
+        << roots[0]->detail;
+  }
+}
+
+// 2 x 2 (dp, tp): rank 2 is killed (no dump) in the middle of step 3. Rank 3 waits for it in tp,
+// rank 0 in dp, and rank 1 in dp for rank 3: only rank 2 is the root; ranks 3 and 0 are victims,
+// named with the op they waited in.
+TEST_F(AnalyzerTest, VictimsOfAKilledRankAreNotRootCauses) {
+  FrJob job = testing::dp_tp_job(2, 2);
+  for (int s = 0; s < 2; ++s) {
+    job.collective("mesh0/tp", "all_reduce", 256);
+    job.collective("mesh0/dp", "all_reduce", 1024);
+  }
+  for (const int r : {0, 1}) job.call(r, "mesh0/tp", "all_reduce", 256);
+  job.call(3, "mesh0/tp", "all_reduce", 256, "started");
+  for (const int r : {0, 1}) job.call(r, "mesh0/dp", "all_reduce", 1024, "started");
+  job.write(dir_, "fr_", {0, 1, 3});
+  const Report report = analyze({.prefix = "", .allow_incomplete_ranks = true, .threads = 0});
+  EXPECT_EQ(root_blame(report), std::vector<int>{2}) << describe(report);
+  // Rank 3's wait is followed to rank 2 and named.
+  const auto victim =
+      std::find_if(report.findings.begin(), report.findings.end(), [](const Finding& f) {
+        return f.group_ranks == std::vector{1, 3};
+      });
+  ASSERT_NE(victim, report.findings.end()) << describe(report);
+  EXPECT_FALSE(victim->root);
+  EXPECT_NE(victim->detail.find("rank 3 is blocked in all_reduce #3 on dim tp"), std::string::npos)
+      << victim->detail;
+  EXPECT_NE(victim->detail.find("waiting for rank 2, which left no dump"), std::string::npos)
+      << victim->detail;
+}
+
+// Rank 1 skipped the last all_reduce (a clear verdict); rank 3, which joined it, died of a
+// signal before dumping. The verdict stays rank 1; rank 3's missing dump is no root beside it.
+TEST_F(AnalyzerTest, ADumplessRankDoesNotHideAClearVerdict) {
+  FrJob job = world_job(4);
+  job.collective("world", "all_reduce", 8);
+  for (const int r : {0, 2, 3}) job.call(r, "world", "all_reduce", 8, "started");
+  job.write(dir_, "fr_", {0, 1, 2});
+  const Report report = analyze({.prefix = "", .allow_incomplete_ranks = true, .threads = 0});
+  EXPECT_EQ(root_blame(report), std::vector<int>{1}) << describe(report);
+  ASSERT_EQ(report.findings.size(), 2u) << describe(report);
+  EXPECT_EQ(report.findings[1].kind, FindingKind::kMissingDump);
+  EXPECT_FALSE(report.findings[1].root);
 }
 
 // Rank 0 waits in group a for rank 1, which waits in group b for rank 0: neither finding follows
@@ -642,6 +737,84 @@ TEST_F(AnalyzerTest, PipelineStageThatSkippedARecv) {
   EXPECT_TRUE(f.root);
 }
 
+// A 3-stage pipeline whose middle stage posts its recv from the wrong peer (stage 2, which never
+// sends to it): rank 1 is named first, as the rank whose op has no matching peer op; stage 0
+// waits on it, and stages 1 and 2 wait on each other.
+TEST_F(AnalyzerTest, P2pDeadlockNamesTheRankThatReceivedFromTheWrongPeer) {
+  FrJob job = world_job(3);
+  for (int mb = 0; mb < 3; ++mb) {
+    job.send(0, "world", 1, 256);
+    job.recv(1, "world", 0, 256);
+    job.send(1, "world", 2, 256);
+    job.recv(2, "world", 1, 256);
+  }
+  job.send(0, "world", 1, 256, "started");
+  job.recv(1, "world", 2, 256, "started");
+  job.recv(2, "world", 1, 256, "started");
+  job.write(dir_);
+  const Report report = analyze();
+  ASSERT_FALSE(report.findings.empty()) << describe(report);
+  const Finding& first = report.findings[0];
+  EXPECT_TRUE(first.root) << describe(report);
+  EXPECT_EQ(first.culprit_ranks, std::vector<int>{1}) << describe(report);
+  EXPECT_EQ(first.op, "recv") << describe(report);
+  EXPECT_NE(first.detail.find("rank 1 posted recv #1 from rank 2 but rank 2 never sent to rank 1"),
+            std::string::npos)
+      << first.detail;
+  EXPECT_NE(first.detail.find("cycle (a deadlock)"), std::string::npos) << first.detail;
+  for (const Finding& f : report.findings) {
+    if (f.root) {
+      EXPECT_EQ(f.culprit_ranks, std::vector<int>{1}) << describe(report);
+    }
+  }
+}
+
+// PyTorch's own-size rules, on ops every rank called alike: sizes that cannot fit the op.
+TEST_F(AnalyzerTest, OpsWhoseOwnSizesCannotFit) {
+  struct Case {
+    std::string type;
+    std::vector<int64_t> in, out;
+    std::string rule;
+  };
+  const Case cases[] = {
+      {"all_reduce", {4}, {8}, "all_reduce needs its output the size of its input"},
+      {"all_gather", {256}, {768}, "all_gather needs an output 4 times its input"},
+      {"reduce_scatter", {512}, {256}, "reduce_scatter needs an input 4 times its output"},
+  };
+  for (const Case& c : cases) {
+    FrJob job = world_job(4);
+    job.collective("world", "all_reduce", 16);
+    for (int r = 0; r < 4; ++r) {
+      testing::FrEntry& e = job.call(r, "world", c.type, 1, "started");
+      e.input_sizes = {c.in};
+      e.output_sizes = {c.out};
+    }
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    job.write(dir_);
+    const Report report = analyze();
+    ASSERT_EQ(report.findings.size(), 1u) << describe(report);
+    const Finding& f = report.findings[0];
+    EXPECT_EQ(f.kind, FindingKind::kSizeMismatch) << f.detail;
+    EXPECT_EQ(f.seq, 2);
+    EXPECT_EQ(f.culprit_ranks, (std::vector<int>{0, 1, 2, 3}));
+    EXPECT_NE(f.detail.find(c.rule), std::string::npos) << f.detail;
+  }
+}
+
+// Rank 2 describes the tp group as another one: the dumps cannot be matched, exit 2.
+TEST_F(AnalyzerTest, GroupDescribedDifferentlyAcrossRanksIsRefused) {
+  FrJob job = world_job(3);
+  job.collective("world", "all_reduce", 4);
+  job.dump(2).groups[0].desc = "mesh_dp";
+  job.write(dir_);
+  const CliResult r = cli("analyze " + dir_.string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("group 'world' [0, 1, 2] is 'default_pg' in '"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("but 'mesh_dp' in '" + (dir_ / "fr_2").string() + "'"), std::string::npos)
+      << r.err;
+}
+
 TEST_F(AnalyzerTest, P2pSizeMismatch) {
   FrJob job = world_job(2);
   job.send(0, "world", 1, 8);
@@ -921,6 +1094,118 @@ with open(sys.argv[1] + "json", "w") as f:
     EXPECT_EQ(nlohmann::json::parse(trace::pickle_to_json_text(data)), expected)
         << "protocol " << proto;
   }
+}
+
+// meshtrace on hostile input: crafted dumps claiming huge world sizes or ranks, files that are
+// not dumps (a 1 GiB garbage file, a JSON array, an unknown pickle), peers outside their group.
+// Each must end in exit status 2 with a message naming the file and the fault, fast and without
+// allocating what the file claims.
+
+// Replaces the first `from` in `text` (which must hold it).
+std::string replace(std::string text, const std::string& from, const std::string& to) {
+  const size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  return text;
+}
+
+struct HostileRun {
+  int exit_code = -1;
+  std::string err;
+  double seconds = 0;
+};
+
+class AnalyzerHostileTest : public AnalyzerTest {
+ protected:
+  void SetUp() override {
+    AnalyzerTest::SetUp();
+    FrJob job(3);
+    job.add_group({"world", "default_pg", {0, 1, 2}, std::nullopt});
+    job.collective("world", "all_reduce", 4);
+    job.send(0, "world", 1, 8);
+    job.recv(1, "world", 0, 8);
+    job.write(dir_);
+  }
+  // meshtrace analyze on the directory, its address space capped at 1 GiB so that an
+  // allocation sized by a crafted number fails the test instead of swapping the machine.
+  HostileRun analyze() const {
+    const fs::path err = dir_.string() + ".stderr";
+    const std::string cmd = fmt::format("ulimit -v 1048576; exec {} analyze {} 2>'{}'",
+                                        MESHRT_MESHTRACE, dir_.string(), err.string());
+    const auto start = std::chrono::steady_clock::now();
+    const auto results = testing::run_ranks({"/bin/sh", "-c", cmd}, 1, std::chrono::seconds(60));
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    HostileRun r{results[0].exit_code, read_text(err), took.count()};
+    fs::remove(err);
+    return r;
+  }
+
+  // Rewrites rank 1's dump with `from` replaced by `to`; expects exit 2 naming fr_1 and `says`.
+  void expect_refused(const std::string& from, const std::string& to, const std::string& says) {
+    const std::string original = read_text(dir_ / "fr_1");
+    write_text(dir_ / "fr_1", replace(original, from, to));
+    const HostileRun r = analyze();
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find("fr_1"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(says), std::string::npos) << r.err;
+    write_text(dir_ / "fr_1", original);
+  }
+};
+
+TEST_F(AnalyzerHostileTest, TheUntouchedJobIsAnalyzed) { EXPECT_EQ(analyze().exit_code, 0); }
+
+TEST_F(AnalyzerHostileTest, HugeWorldSizesAndRanksAreRefusedBeforeAllocating) {
+  expect_refused("\"world_size\":3", "\"world_size\":4000000000000",
+                 "world_size 4000000000000 is outside 1..1048576");
+  expect_refused("\"world_size\":3", "\"world_size\":-5", "world_size -5 is outside");
+  expect_refused("\"world_size\":3", "\"world_size\":1000000", "says world_size 1000000");
+  // A group member beyond the dump's world, and beyond any world (pg_config's string and array
+  // forms).
+  expect_refused("\"ranks\":\"[0, 1, 2]\"", "\"ranks\":\"[0, 1, 999999]\"",
+                 "group 'world' names rank 999999, outside world_size 3");
+  expect_refused("\"ranks\":\"[0, 1, 2]\"", "\"ranks\":\"[0, 1, 2147483647]\"", "is too large");
+  expect_refused("\"ranks\":\"[0, 1, 2]\"", "\"ranks\":\"[0, 1, 99999999999]\"", "bad rank list");
+  expect_refused("\"ranks\":\"[0, 1, 2]\"", "\"ranks\":[0,1,99999999999]",
+                 "rank 99999999999 is out of range");
+  expect_refused("\"peer\":0", "\"peer\":2000000000", "peer 2000000000 is out of range");
+  expect_refused("\"version\":\"2.10\"", "\"version\":\"99999999999.10\"",
+                 "is not '<major>.<minor>'");
+  // A file named for a rank no world holds.
+  fs::rename(dir_ / "fr_2", dir_ / "fr_999999999");
+  const HostileRun r = analyze();
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("fr_999999999"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("rank 999999999 is outside"), std::string::npos) << r.err;
+}
+
+TEST_F(AnalyzerHostileTest, PeerOutsideItsGroupIsRefused) {
+  FrJob job(4);
+  job.add_group({"world", "default_pg", {0, 1, 2, 3}, std::nullopt});
+  job.add_group({"pair", "pair", {0, 1}, std::nullopt});
+  job.send(0, "pair", 1, 8);
+  job.recv(1, "pair", 0, 8);
+  job.write(dir_);
+  expect_refused("\"peer\":0", "\"peer\":3", "peer rank 3 is not a member of group 'pair'");
+}
+
+TEST_F(AnalyzerHostileTest, NonDumpsFailFromTheirFirstBytes) {
+  expect_refused(read_text(dir_ / "fr_1"), "[1, 2, 3]", "neither a JSON object nor a pickle");
+  expect_refused(read_text(dir_ / "fr_1"), "\x80\x09garbage", "pickle of unknown protocol 9");
+  expect_refused(read_text(dir_ / "fr_1"), "", "empty file");
+  expect_refused(read_text(dir_ / "fr_1"), "{", "neither a JSON object nor a pickle");
+
+  // 1 GiB of garbage (sparse: no disk), under a 1 GiB address-space cap: reading it whole
+  // could not even be tried; the first bytes settle it at once.
+  {
+    std::ofstream out(dir_ / "fr_1", std::ios::binary | std::ios::trunc);
+    out << "GARBAGE!";
+  }
+  fs::resize_file(dir_ / "fr_1", uintmax_t{1} << 30);
+  const HostileRun r = analyze();
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("fr_1"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("starts with 'GARBAGE!"), std::string::npos) << r.err;
+  EXPECT_LT(r.seconds, 10.0);
 }
 
 TEST(PickleReader, RejectsMalformedInput) {

@@ -41,7 +41,7 @@ void check_versions(const std::vector<RankDump>& dumps) {
     const std::string& v = d.version;
     const size_t dot = v.find('.');
     auto digits = [](std::string_view s) {
-      return !s.empty() &&
+      return !s.empty() && s.size() <= 9 &&
              std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
     };
     if (dot == std::string::npos || !digits(std::string_view(v).substr(0, dot)) ||
@@ -72,9 +72,29 @@ void check_versions(const std::vector<RankDump>& dumps) {
   }
 }
 
+namespace {
+
+// One job has one world: a dump claiming another (a crafted or foreign file) would make the
+// analyzer expect dumps from ranks that never existed.
+void check_world_sizes(const std::vector<RankDump>& dumps) {
+  const RankDump* first = nullptr;
+  for (const RankDump& d : dumps) {
+    if (!d.world_size) continue;
+    if (first == nullptr) {
+      first = &d;
+    } else if (*d.world_size != *first->world_size) {
+      throw InputError(fmt::format("'{}' says world_size {} but '{}' says {}", d.path,
+                                   *d.world_size, first->path, *first->world_size));
+    }
+  }
+}
+
+}  // namespace
+
 Report analyze(std::vector<RankDump> dumps, const AnalyzeOptions& options) {
   if (dumps.empty()) throw InputError("no dumps to analyze");
   check_versions(dumps);
+  check_world_sizes(dumps);
   return analysis::explain(analysis::match(std::move(dumps), options));
 }
 

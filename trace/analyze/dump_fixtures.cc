@@ -117,6 +117,24 @@ FrJob::FrJob(int world_size) : dumps_(world_size) {
   }
 }
 
+FrJob dp_tp_job(int dp, int tp) {
+  FrJob job(dp * tp);
+  std::vector<int> world(dp * tp);
+  for (int r = 0; r < dp * tp; ++r) world[r] = r;
+  job.add_group({"world", "default_pg", world, std::nullopt});
+  for (int d = 0; d < dp; ++d) {
+    std::vector<int> ranks;
+    for (int t = 0; t < tp; ++t) ranks.push_back(d * tp + t);
+    job.add_group({"mesh0/tp", "mesh_tp", ranks, "tp"});
+  }
+  for (int t = 0; t < tp; ++t) {
+    std::vector<int> ranks;
+    for (int d = 0; d < dp; ++d) ranks.push_back(d * tp + t);
+    job.add_group({"mesh0/dp", "mesh_dp", ranks, "dp"});
+  }
+  return job;
+}
+
 void FrJob::add_group(const FrGroup& group) {
   for (const int r : group.ranks) dumps_[r].groups.push_back(group);
 }

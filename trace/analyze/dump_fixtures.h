@@ -104,4 +104,7 @@ class FrJob {
   std::map<std::tuple<int, std::string, bool, int>, int64_t> channel_seq_;
 };
 
+// A dp x tp mesh (rank = d * tp + t): groups "world", "mesh0/tp" (dim tp) and "mesh0/dp" (dim dp).
+FrJob dp_tp_job(int dp, int tp);
+
 }  // namespace meshrt::testing

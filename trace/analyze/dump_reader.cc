@@ -118,6 +118,8 @@ std::vector<int> parse_rank_list(std::string_view text) {
       int v = 0;
       const auto r = std::from_chars(text.data() + i, text.data() + text.size(), v);
       if (r.ec != std::errc()) throw InputError(fmt::format("bad rank list '{}'", text));
+      if (v >= kMaxWorldSize)
+        throw InputError(fmt::format("rank {} in '{}' is too large", v, text));
       ranks.push_back(v);
       i = r.ptr - text.data();
     } else if (c == '[' || c == ']' || c == ',' || c == ' ') {
@@ -155,6 +157,10 @@ class DumpParser {
         file_rank_ = cur_.read_int();
       } else if (is(key, fr::kWorldSize)) {
         dump_.world_size = cur_.read_int();
+        if (*dump_.world_size < 1 || *dump_.world_size > kMaxWorldSize) {
+          throw InputError(fmt::format("{} {} is outside 1..{}", fr::kWorldSize, *dump_.world_size,
+                                       kMaxWorldSize));
+        }
       } else if (is(key, fr::kRecordsDropped)) {
         dump_.records_dropped = cur_.read_int();
       } else if (is(key, fr::kPgConfig)) {
@@ -214,6 +220,13 @@ class DumpParser {
 
   int64_t read_int_or_zero() { return cur_.read_null() ? 0 : cur_.read_int(); }
 
+  // A global rank, checked before it is narrowed; resolve() checks it against world_size.
+  int read_rank() {
+    const int64_t r = cur_.read_int();
+    if (r < 0 || r >= kMaxWorldSize) throw InputError(fmt::format("rank {} is out of range", r));
+    return static_cast<int>(r);
+  }
+
   std::optional<std::string> read_optional_string() {
     if (cur_.read_null()) return std::nullopt;
     return std::string(cur_.read_string());
@@ -234,7 +247,7 @@ class DumpParser {
         } else if (is(key, fr::kRanks)) {
           if (cur_.peek() == JsonKind::kArray) {
             cur_.begin_array();
-            while (cur_.next_element()) group.ranks.push_back(static_cast<int>(cur_.read_int()));
+            while (cur_.next_element()) group.ranks.push_back(read_rank());
           } else {
             group.ranks = parse_rank_list(cur_.read_string());
           }
@@ -353,6 +366,10 @@ class DumpParser {
       switch (entry_key(key)) {
         case EntryKey::kPeer:
           peer = cur_.read_int();
+          if (peer < -1 || peer >= kMaxWorldSize) {
+            throw InputError(
+                fmt::format("entry {}: peer {} is out of range", dump_.entries.size(), peer));
+          }
           continue;
         case EntryKey::kState:
           parse_state(cur_.read_string(), e);
@@ -385,7 +402,7 @@ class DumpParser {
           if (listed(u.group_name)) break;
           u.group_ranks.offset = static_cast<uint32_t>(dump_.pool.size());
           cur_.begin_array();
-          while (cur_.next_element()) dump_.pool.push_back(cur_.read_int());
+          while (cur_.next_element()) dump_.pool.push_back(read_rank());
           u.group_ranks.size = static_cast<uint32_t>(dump_.pool.size() - u.group_ranks.offset);
           continue;
         case EntryKey::kOutputSizes:
@@ -438,6 +455,7 @@ class DumpParser {
   // Entries to their group (by name, as pg_config lists it for this rank) and p2p peers named
   // only by group-local rank to global ranks (sorted(pg ranks)[local], as torchfrtrace maps them).
   void resolve() {
+    check_ranks();
     std::unordered_map<std::string_view, uint32_t> by_name;
     for (size_t g = 0; g < dump_.groups.size(); ++g) {
       by_name.emplace(dump_.groups[g].name, static_cast<uint32_t>(g));
@@ -473,6 +491,35 @@ class DumpParser {
                                        u.local_peer, name, sorted.size()));
         }
         e.peer = sorted[u.local_peer];
+      } else if (e.peer >= 0) {
+        // A global peer outside the group would index past what the group's ranks size.
+        const std::vector<int>& ranks = dump_.groups[e.group].ranks;
+        if (std::find(ranks.begin(), ranks.end(), e.peer) == ranks.end()) {
+          throw InputError(
+              fmt::format("entry {}: peer rank {} is not a member of group '{}'", i, e.peer, name));
+        }
+      }
+    }
+  }
+
+  // Every rank the dump names is below its world_size (or kMaxWorldSize when it has none), so
+  // that the analyzer's per-rank tables are sized by what the dumps hold.
+  void check_ranks() const {
+    const int64_t limit = dump_.world_size.value_or(kMaxWorldSize);
+    auto check = [&](int64_t r, std::string_view where) {
+      if (r < 0 || r >= limit) {
+        throw InputError(
+            fmt::format("{} names rank {}, outside {} {}", where, r, fr::kWorldSize, limit));
+      }
+    };
+    check(dump_.rank, "the file name");
+    for (const DumpGroup& g : dump_.groups) {
+      for (const int r : g.ranks) check(r, fmt::format("group '{}'", g.name));
+    }
+    for (size_t i = 0; i < dump_.entries.size(); ++i) {
+      check(std::max<int64_t>(dump_.entries[i].peer, 0), fmt::format("entry {}", i));
+      for (const int64_t r : dump_.span(unresolved_[i].group_ranks)) {
+        check(r, fmt::format("entry {}", i));
       }
     }
   }
@@ -491,23 +538,38 @@ class DumpParser {
   std::array<CacheSlot, 64> cache_;
 };
 
-// Reads a whole file into `out` (reusing its capacity). Sized by fstat, read until EOF.
-bool read_file(const std::filesystem::path& path, std::string& out) {
+constexpr size_t kSniffBytes = 64;
+
+// Reads a whole dump into `out` (reusing its capacity), sized by fstat and read until EOF, after
+// checking its first bytes: a file that cannot be a dump fails before the rest is read. Returns
+// "" or what is wrong.
+std::string read_dump_file(const std::filesystem::path& path, std::string& out) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
+  if (fd < 0) return fmt::format("cannot open: {}", std::strerror(errno));
   struct stat st {};
   size_t size = 0;
   if (::fstat(fd, &st) == 0 && st.st_size > 0) size = static_cast<size_t>(st.st_size);
-  out.resize(size + 1);
+  out.resize(kSniffBytes);
   size_t got = 0;
+  bool sniffed = false;
   while (true) {
+    if (!sniffed && got >= kSniffBytes) {
+      if (std::string error = sniff_dump_format({out.data(), got}, false); !error.empty()) {
+        ::close(fd);
+        return error;
+      }
+      sniffed = true;
+      out.resize(std::max(size + 1, out.size()));
+    }
     if (got == out.size()) out.resize(out.size() * 2);
     const ssize_t n = ::read(fd, out.data() + got, out.size() - got);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
+      const int error = errno;
       ::close(fd);
       out.resize(got);
-      return n == 0;
+      if (n < 0) return fmt::format("cannot read: {}", std::strerror(error));
+      return sniffed ? "" : sniff_dump_format(out, true);
     }
     got += static_cast<size_t>(n);
   }
@@ -548,9 +610,52 @@ bool RankDump::wrapped() const {
   return !entries.empty() && entries.front().record_id > 0;
 }
 
+std::string sniff_dump_format(std::string_view head, bool whole_file) {
+  if (head.empty()) return whole_file ? "empty file" : "";
+  const auto byte = [&](size_t i) { return static_cast<unsigned char>(head[i]); };
+  if (byte(0) == 0x80) {
+    // PROTO: PyTorch writes protocol 2; Python's pickler writes up to 5.
+    if (head.size() < 2 || (byte(1) >= 2 && byte(1) <= 5)) return "";
+    return fmt::format("not a flight-recorder dump: a pickle of unknown protocol {}", byte(1));
+  }
+  // A JSON object whose first token is a key or its end.
+  size_t i = 0;
+  const auto skip_space = [&] {
+    while (i < head.size() &&
+           (head[i] == ' ' || head[i] == '\n' || head[i] == '\r' || head[i] == '\t')) {
+      ++i;
+    }
+  };
+  skip_space();
+  if (i < head.size() && head[i] == '{') {
+    ++i;
+    skip_space();
+    if (i == head.size() || head[i] == '"' || head[i] == '}') {
+      if (i < head.size() || !whole_file) return "";
+    }
+  } else if (i == head.size() && !whole_file) {
+    return "";
+  }
+  std::string shown;
+  for (size_t k = 0; k < head.size() && k < 16; ++k) {
+    shown += byte(k) >= 0x20 && byte(k) < 0x7f ? fmt::format("{}", head[k])
+                                               : fmt::format("\\x{:02x}", byte(k));
+  }
+  return fmt::format(
+      "not a flight-recorder dump (neither a JSON object nor a pickle): it starts with '{}'",
+      shown);
+}
+
 RankDump parse_dump(std::string_view bytes, int rank) {
   try {
-    if (bytes.empty()) throw InputError("empty file");
+    if (std::string error =
+            sniff_dump_format(bytes.substr(0, kSniffBytes), bytes.size() <= kSniffBytes);
+        !error.empty()) {
+      throw InputError(error);
+    }
+    if (rank < 0 || rank >= kMaxWorldSize) {
+      throw InputError(fmt::format("rank {} is outside 0..{}", rank, kMaxWorldSize - 1));
+    }
     if (static_cast<unsigned char>(bytes[0]) == 0x80) {
       // One reader for both formats: a pickle becomes JSON text.
       const std::string text =
@@ -633,8 +738,8 @@ std::vector<RankDump> read_dumps(const std::vector<DumpFile>& files, unsigned th
     for (size_t i = next++; i < files.size(); i = next++) {
       const std::string path = files[i].path.string();
       try {
-        if (!read_file(files[i].path, bytes)) {
-          errors[i] = fmt::format("cannot read '{}'", path);
+        if (const std::string error = read_dump_file(files[i].path, bytes); !error.empty()) {
+          errors[i] = fmt::format("'{}': {}", path, error);
           continue;
         }
         dumps[i] = parse_dump(bytes, files[i].rank);

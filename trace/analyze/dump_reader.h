@@ -26,6 +26,10 @@ enum class EntryState : uint8_t { kScheduled, kStarted, kCompleted };
 // "scheduled", "started", "completed".
 std::string_view entry_state_name(EntryState state);
 
+// The largest world a dump may claim. Ranks and world sizes are checked against it (and against
+// the dump's own world_size) before anything is sized by them: dumps are untrusted input.
+inline constexpr int64_t kMaxWorldSize = int64_t{1} << 20;
+
 // A run of RankDump::pool.
 struct PoolSpan {
   uint32_t offset = 0;
@@ -92,6 +96,10 @@ std::vector<DumpFile> find_dump_files(const std::filesystem::path& dir, const st
 
 // Parses one dump (JSON, or pickle when it starts with the PROTO opcode). Throws InputError.
 RankDump parse_dump(std::string_view bytes, int rank);
+
+// Why the first bytes of a file cannot start a dump (neither a JSON object nor a pickle), or
+// "" when they can; `head` is the file's start (64 bytes are enough), or the whole file.
+std::string sniff_dump_format(std::string_view head, bool whole_file);
 
 // Reads and parses the files on up to `threads` threads (0: one per core). Throws InputError
 // naming the file of the lowest rank that failed.

@@ -112,7 +112,32 @@ class Explainer {
         return &p;
       }
     }
+    // An op waiting on a member that left no dump (killed, crashed): the wait ends at that
+    // member, so the rank is its victim, not a cause of its own.
+    if (missing_draft_ >= 0) {
+      for (const Pending& p : m_.states[di].pending) {
+        if (!(p.key == except) && !dumpless(p.key, rank).empty()) {
+          *finding = missing_draft_;
+          return &p;
+        }
+      }
+    }
     return first;
+  }
+
+  // The ranks `rank` waits on in op `key` that left no dump.
+  std::vector<int> dumpless(const OpKey& key, int rank) const {
+    std::vector<int> out;
+    if (key.src >= 0) {
+      const int other = rank == key.src ? key.dst : key.src;
+      if (m_.dump_of(other) == nullptr) out.push_back(other);
+      return out;
+    }
+    const Group& g = m_.groups[key.group];
+    for (size_t m = 0; m < g.ranks.size(); ++m) {
+      if (g.member_dump[m] < 0) out.push_back(g.ranks[m]);
+    }
+    return out;
   }
 
   // Where a rank waits: "is blocked in all_gather #17 on dim dp (group mesh0/dp [2, 6];
@@ -128,7 +153,10 @@ class Explainer {
                     op_phrase(p.key, m_.type_name(e), rank), m_.where(p.key.group, note));
     if (target >= 0) {
       const Finding& t = m_.drafts[target].finding;
-      if (t.kind == FindingKind::kNotJoined) {
+      if (t.kind == FindingKind::kMissingDump) {
+        s += fmt::format(", waiting for {}, which left no dump",
+                         ranks_phrase(dumpless(p.key, rank)));
+      } else if (t.kind == FindingKind::kNotJoined) {
         s += fmt::format(", which {} did not join", ranks_phrase(t.missing_ranks));
       } else {
         s += fmt::format(", which has a {} finding", finding_kind_name(t.kind));
@@ -187,6 +215,9 @@ class Explainer {
   void find_causes() {
     std::vector<Draft>& drafts = m_.drafts;
     for (size_t i = 0; i < drafts.size(); ++i) {
+      if (drafts[i].finding.kind == FindingKind::kMissingDump) missing_draft_ = static_cast<int>(i);
+    }
+    for (size_t i = 0; i < drafts.size(); ++i) {
       if (drafts[i].key.group == UINT32_MAX) continue;
       finding_of_.emplace(drafts[i].key, static_cast<int>(i));
       if (diverges(drafts[i].finding.kind)) diverged_.insert(drafts[i].key);
@@ -236,9 +267,19 @@ class Explainer {
         i = next[i];
       }
       if (i >= 0 && mark[i] == 1) {
-        for (auto it = std::find(path.begin(), path.end(), i); it != path.end(); ++it) {
+        const auto cycle = std::find(path.begin(), path.end(), i);
+        // A p2p deadlock traced to one op on a channel its peer never used: that op's issuer
+        // (who sent to or received from the wrong peer) is the root, and the cycle follows.
+        const auto fresh =
+            std::count_if(cycle, path.end(), [&](int c) { return drafts[c].fresh_channel; });
+        for (auto it = cycle; it != path.end(); ++it) {
+          const bool opened = fresh == 1 && drafts[*it].fresh_channel;
           drafts[*it].cycle = true;
-          next[*it] = -1;
+          if (fresh != 1 || opened) next[*it] = -1;
+          if (opened) {
+            drafts[*it].opened_cycle = true;
+            drafts[*it].finding.culprit_ranks = drafts[*it].issuers;
+          }
         }
       }
       for (const int p : path) mark[p] = 2;
@@ -246,6 +287,16 @@ class Explainer {
     for (size_t i = 0; i < drafts.size(); ++i) {
       drafts[i].cause = next[i];
       drafts[i].finding.root = next[i] < 0;
+    }
+    // A rank that died without a dump (a signal) while no wait ends at it explains nothing of
+    // a hang that other roots explain: it is not a root beside them.
+    if (missing_draft_ >= 0) {
+      bool waited_on = false, other_root = false;
+      for (size_t i = 0; i < drafts.size(); ++i) {
+        waited_on |= next[i] == missing_draft_;
+        other_root |= next[i] < 0 && static_cast<int>(i) != missing_draft_;
+      }
+      if (!waited_on && other_root) drafts[missing_draft_].finding.root = false;
     }
     mark_shifted();
     for (Draft& d : drafts) write_detail(d);
@@ -291,7 +342,14 @@ class Explainer {
     Finding& f = d.finding;
     if (f.kind == FindingKind::kNotJoined) {
       const std::string doing_now = doing(f.missing_ranks, d.key, d.key.group);
-      if (d.key.src >= 0) {
+      if (d.opened_cycle) {
+        const bool sent = d.issuers.front() == d.key.src;
+        f.detail = fmt::format(
+            "rank {} posted {} but rank {} never {} rank {} on this channel: no matching peer op "
+            "(the wrong peer?); {}",
+            d.issuers.front(), d.what, f.missing_ranks.front(), sent ? "received from" : "sent to",
+            d.issuers.front(), doing_now);
+      } else if (d.key.src >= 0) {
         // The issuer sent (it is the channel's source) or received; the peer posted neither.
         const OpKind unposted = d.issuers.front() == d.key.src ? OpKind::kRecv : OpKind::kSend;
         f.detail =
@@ -478,6 +536,7 @@ class Explainer {
 
   Matching& m_;
   std::unordered_map<OpKey, int, OpKeyHash> finding_of_;
+  int missing_draft_ = -1;                         // The missing_dump finding's draft, if any.
   std::unordered_set<OpKey, OpKeyHash> diverged_;  // Ops with a not_joined or mismatch finding.
 };
 

@@ -20,7 +20,10 @@ int64_t first_numel(std::span<const int64_t> pool) {
   if (pool.empty()) return 0;
   int64_t numel = 1;
   const auto ndim = static_cast<size_t>(pool[0]);
-  for (size_t d = 1; d <= ndim && d < pool.size(); ++d) numel *= pool[d];
+  // Saturates: a crafted dump's dims must not overflow.
+  for (size_t d = 1; d <= ndim && d < pool.size(); ++d) {
+    if (__builtin_mul_overflow(numel, pool[d], &numel)) return INT64_MAX;
+  }
   return numel;
 }
 
@@ -86,6 +89,7 @@ class Matcher {
       max_rank = std::max({max_rank, d.rank, static_cast<int>(d.world_size.value_or(0)) - 1});
     }
     std::map<std::pair<std::string, std::vector<int>>, uint32_t> ids;
+    std::map<uint32_t, std::pair<const std::string*, const RankDump*>> descs;  // First seen.
     m_.states.resize(m_.dumps.size());
     for (size_t di = 0; di < m_.dumps.size(); ++di) {
       const RankDump& d = m_.dumps[di];
@@ -96,6 +100,16 @@ class Matcher {
         for (const int r : ranks) max_rank = std::max(max_rank, r);
         const auto [it, added] =
             ids.emplace(std::pair{g.name, ranks}, static_cast<uint32_t>(m_.groups.size()));
+        // One group has one description everywhere (PyTorch's analyzer checks it too): ranks
+        // that disagree created their groups in different orders or with different names.
+        const auto [first, new_desc] = descs.emplace(it->second, std::pair{&g.desc, &d});
+        if (!new_desc && *first->second.first != g.desc) {
+          throw InputError(fmt::format(
+              "group '{}' {} is '{}' in '{}' but '{}' in '{}': the ranks describe one group "
+              "differently",
+              g.name, format_ranks(ranks), *first->second.first, first->second.second->path, g.desc,
+              d.path));
+        }
         if (added) {
           m_.groups.push_back(Group{.name = g.name,
                                     .ranks = std::move(ranks),
@@ -442,6 +456,7 @@ class Matcher {
       for (const Issued& x : issued) d.issuers.push_back(x.rank);
     }
     if (check_signatures(key, type, issued)) return;
+    if (check_own_sizes(key, type, issued)) return;
 
     // all_to_all: shapes are per-rank splits; the elements sent must equal those received.
     if ((flags & kAllToAll) != 0 && missing.empty() && !unknown && issued.front().op->count == 1 &&
@@ -507,14 +522,29 @@ class Matcher {
       return *compare(issued[classes[a].front()], issued[classes[b].front()]);
     };
     const std::string what = fmt::format("{} #{}", type, key.seq);
-    if (classes[0].size() > classes[1].size()) {
+    // A group too small for a majority (a tp pair): the class that did what the sibling groups
+    // of its mesh dim did at this seq is right.
+    size_t siblings = 0;
+    if (classes[0].size() <= classes[1].size()) {
+      if (const auto right = class_of_siblings(key, issued, classes, siblings)) {
+        std::swap(classes[0], classes[*right]);
+        std::swap(ranks[0], ranks[*right]);
+      } else {
+        siblings = 0;
+      }
+    }
+    if (siblings > 0 || classes[0].size() > classes[1].size()) {
       for (size_t c = 1; c < classes.size(); ++c) {
         const Difference d01 = diff(c, 0);
         Draft& d = add_draft(d01.kind, key, type, what);
         d.finding.culprit_ranks = ranks[c];
-        d.finding.detail = fmt::format("{}: {} {} while {} {} ({} of {} agree)", what,
-                                       ranks_phrase(ranks[c]), d01.culprit, ranks_phrase(ranks[0]),
-                                       d01.majority, classes[0].size(), issued.size());
+        const std::string agree =
+            siblings > 0 ? fmt::format("as did all {} other {} group{} of dim {}", siblings,
+                                       m_.groups[key.group].name, siblings == 1 ? "" : "s",
+                                       *m_.groups[key.group].mesh_dim)
+                         : fmt::format("{} of {} agree", classes[0].size(), issued.size());
+        d.finding.detail = fmt::format("{}: {} {} while {} {} ({})", what, ranks_phrase(ranks[c]),
+                                       d01.culprit, ranks_phrase(ranks[0]), d01.majority, agree);
         d.classes = {ranks[c], ranks[0]};
       }
       return true;
@@ -532,6 +562,86 @@ class Matcher {
     d.finding.detail = fmt::format("{}: no majority: {}", what, fmt::join(parts, "; "));
     d.classes = std::move(ranks);
     return true;
+  }
+
+  // PyTorch's own-size rules: all_reduce's input and output are the same size, all_gather's
+  // output is the input times the group size, reduce_scatter's input the output times it (or,
+  // in list form, one tensor per member). The ranks agree here, so all of them called it so.
+  bool check_own_sizes(const OpKey& key, std::string_view type, const std::vector<Issued>& issued) {
+    const Issued& x = issued.front();
+    if (x.op->count != 1) return false;
+    const DumpEntry& e = x.last();
+    const std::optional<OpKind> kind = m_.type(e).kind;
+    const std::span<const int64_t> in = x.dump->span(e.input_sizes);
+    const std::span<const int64_t> out = x.dump->span(e.output_sizes);
+    if (!kind || in.empty() || out.empty()) return false;
+    const auto k = static_cast<int64_t>(m_.groups[key.group].ranks.size());
+    const int64_t in_numel = first_numel(in), out_numel = first_numel(out);
+    auto shapes = [](std::span<const int64_t> pool) {
+      size_t n = 0;
+      for (size_t i = 0; i < pool.size(); i += static_cast<size_t>(pool[i]) + 1) ++n;
+      return static_cast<int64_t>(n);
+    };
+    auto times = [](int64_t a, int64_t b) {
+      int64_t r = 0;
+      return __builtin_mul_overflow(a, b, &r) ? INT64_MAX : r;
+    };
+    std::string rule;
+    if (*kind == OpKind::kAllReduce && in_numel != out_numel) {
+      rule = "all_reduce needs its output the size of its input";
+    } else if (*kind == OpKind::kAllGather && shapes(out) != k && out_numel != times(in_numel, k)) {
+      rule = fmt::format("all_gather needs an output {} times its input (the group's size)", k);
+    } else if (*kind == OpKind::kReduceScatter && shapes(in) != k &&
+               in_numel != times(out_numel, k)) {
+      rule = fmt::format("reduce_scatter needs an input {} times its output (the group's size)", k);
+    }
+    if (rule.empty()) return false;
+    const std::string what = fmt::format("{} #{}", type, key.seq);
+    Draft& d = add_draft(FindingKind::kSizeMismatch, key, type, what);
+    for (const Issued& i : issued) d.finding.culprit_ranks.push_back(i.rank);
+    d.finding.detail = fmt::format("{}: {} passed input {} and output {}: {}", what,
+                                   ranks_phrase(d.finding.culprit_ranks), format_shapes(in),
+                                   format_shapes(out), rule);
+    return true;
+  }
+
+  // The one class of `issued` whose op every sibling group (same name and mesh dim, other
+  // ranks) issued at key.seq, all its members alike; nullopt when there is none or several.
+  // `siblings` is set to the number of sibling groups that issued it.
+  std::optional<size_t> class_of_siblings(const OpKey& key, const std::vector<Issued>& issued,
+                                          const std::vector<std::vector<size_t>>& classes,
+                                          size_t& siblings) const {
+    const Group& g = m_.groups[key.group];
+    if (!g.mesh_dim) return std::nullopt;
+    std::vector<size_t> votes(classes.size(), 0);
+    siblings = 0;
+    for (uint32_t si = 0; si < m_.groups.size(); ++si) {
+      const Group& sg = m_.groups[si];
+      if (si == key.group || sg.name != g.name || sg.mesh_dim != g.mesh_dim) continue;
+      std::vector<bool> agrees(classes.size(), true);
+      bool any = false;
+      for (size_t m = 0; m < sg.ranks.size(); ++m) {
+        if (sg.member_dump[m] < 0 || sg.member_slot[m] < 0) continue;
+        const RankGroup& rg = m_.states[sg.member_dump[m]].groups[sg.member_slot[m]];
+        const CollOp* op = rg.find(key.seq);
+        if (op == nullptr) continue;
+        const Issued x{sg.ranks[m], &m_.dumps[sg.member_dump[m]], &rg, op};
+        any = true;
+        for (size_t c = 0; c < classes.size(); ++c) {
+          if (compare(issued[classes[c].front()], x)) agrees[c] = false;
+        }
+      }
+      if (!any) continue;
+      ++siblings;
+      for (size_t c = 0; c < classes.size(); ++c) votes[c] += agrees[c] ? 1 : 0;
+    }
+    std::optional<size_t> right;
+    for (size_t c = 0; c < classes.size(); ++c) {
+      if (siblings == 0 || votes[c] != siblings) continue;
+      if (right) return std::nullopt;
+      right = c;
+    }
+    return right;
   }
 
   void check_states(const OpKey& key, std::string_view type, const std::vector<Issued>& issued) {
@@ -641,6 +751,7 @@ class Matcher {
     Draft& d = add_draft(FindingKind::kNotJoined, key, type, op_phrase(key, type, issuer));
     d.finding.missing_ranks = {peer};
     d.issuers = {issuer};
+    d.fresh_channel = others.empty() && !pd->wrapped();
   }
 
   // ---- missing dumps ------------------------------------------------------------------------

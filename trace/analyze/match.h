@@ -102,6 +102,10 @@ struct Draft {
   int cause = -1;        // The finding this one follows from.
   bool shifted = false;  // Follows from an earlier mismatch in the same group.
   bool cycle = false;    // Part of a cycle of waits (a deadlock).
+  // A lone p2p op on a channel where the peer never posted the opposite op (with its records
+  // intact): the issuer likely named the wrong peer.
+  bool fresh_channel = false;
+  bool opened_cycle = false;  // The fresh-channel op that a cycle of waits was traced to.
 };
 
 // What matching learned of a job, for explain.h.

@@ -155,7 +155,7 @@ int main(int argc, char** argv) {
       for (const std::string& m : made.missing) std::fprintf(stderr, "meshtrace: %s\n", m.c_str());
       std::printf("meshtrace: wrote %s\n", made.path.c_str());
       return kOk;
-    } catch (const meshrt::trace::InputError& e) {
+    } catch (const std::exception& e) {
       std::fprintf(stderr, "meshtrace: error: %s\n", e.what());
       return kBadInput;
     }
@@ -164,6 +164,11 @@ int main(int argc, char** argv) {
     return run_analyze(args);
   } catch (const meshrt::trace::InputError& e) {
     std::fprintf(stderr, "meshtrace: error: %s\n", e.what());
+    return kBadInput;
+  } catch (const std::exception& e) {
+    // Dumps are untrusted: whatever else reading them raised (out of memory on a dump that is
+    // too big for this machine, ...) is still bad input, never an abort.
+    std::fprintf(stderr, "meshtrace: error: analyzing %s: %s\n", args.dir.c_str(), e.what());
     return kBadInput;
   }
 }

@@ -160,15 +160,18 @@ std::string_view opcode_name(uint8_t op) {
 
 // Values live in an arena and the stack and memo hold indices, because pickle's memo shares
 // objects: a list memoized when empty and filled later must be seen filled through the memo.
+// A node is 16 bytes (a dump has ~60 per entry): strings stay in the pickle's bytes, and only
+// containers own a vector of items.
 struct Node {
   enum class Kind : uint8_t { kNone, kBool, kInt, kFloat, kStr, kList, kTuple, kDict };
   Kind kind = Kind::kNone;
   bool boolean = false;
-  int64_t integer = 0;
-  double real = 0;
-  std::string str{};
-  std::vector<uint32_t> items{};  // A dict's keys and values, alternating.
+  uint32_t length = 0;  // kStr: bytes.
+  // kInt: the value; kFloat: its bits; kStr: offset in the pickle; containers: index of their
+  // items (a dict's keys and values alternate).
+  uint64_t value = 0;
 };
+static_assert(sizeof(Node) == 16);
 
 // Deeper than any dump; bounds the conversion's recursion (and self-containing structures).
 constexpr int kMaxDepth = 256;
@@ -199,21 +202,22 @@ class Reader {
       case Node::Kind::kBool:
         return n.boolean;
       case Node::Kind::kInt:
-        return n.integer;
+        return static_cast<int64_t>(n.value);
       case Node::Kind::kFloat:
-        return n.real;
+        return std::bit_cast<double>(n.value);
       case Node::Kind::kStr:
-        return n.str;
+        return std::string(text(n));
       case Node::Kind::kList:
       case Node::Kind::kTuple: {
         auto out = nlohmann::json::array();
-        for (const uint32_t item : n.items) out.push_back(to_json(item, depth + 1));
+        for (const uint32_t item : items_[n.value]) out.push_back(to_json(item, depth + 1));
         return out;
       }
       case Node::Kind::kDict: {
         auto out = nlohmann::json::object();
-        for (size_t i = 0; i < n.items.size(); i += 2) {
-          out[nodes_[n.items[i]].str] = to_json(n.items[i + 1], depth + 1);
+        const std::vector<uint32_t>& kv = items_[n.value];
+        for (size_t i = 0; i < kv.size(); i += 2) {
+          out[std::string(text(nodes_[kv[i]]))] = to_json(kv[i + 1], depth + 1);
         }
         return out;
       }
@@ -231,38 +235,42 @@ class Reader {
         out += n.boolean ? "true" : "false";
         return;
       case Node::Kind::kInt:
-        fmt::format_to(std::back_inserter(out), "{}", n.integer);
+        fmt::format_to(std::back_inserter(out), "{}", static_cast<int64_t>(n.value));
         return;
       case Node::Kind::kFloat:
         // JSON has no infinities or NaN.
-        if (std::isfinite(n.real)) {
-          fmt::format_to(std::back_inserter(out), "{}", n.real);
+        if (const double real = std::bit_cast<double>(n.value); std::isfinite(real)) {
+          fmt::format_to(std::back_inserter(out), "{}", real);
         } else {
           out += "null";
         }
         return;
       case Node::Kind::kStr:
-        append_json_string(n.str, out);
+        append_json_string(text(n), out);
         return;
       case Node::Kind::kList:
-      case Node::Kind::kTuple:
+      case Node::Kind::kTuple: {
         out += '[';
-        for (size_t i = 0; i < n.items.size(); ++i) {
+        const std::vector<uint32_t>& items = items_[n.value];
+        for (size_t i = 0; i < items.size(); ++i) {
           if (i > 0) out += ',';
-          to_text(n.items[i], depth + 1, out);
+          to_text(items[i], depth + 1, out);
         }
         out += ']';
         return;
-      case Node::Kind::kDict:
+      }
+      case Node::Kind::kDict: {
         out += '{';
-        for (size_t i = 0; i < n.items.size(); i += 2) {
+        const std::vector<uint32_t>& kv = items_[n.value];
+        for (size_t i = 0; i < kv.size(); i += 2) {
           if (i > 0) out += ',';
-          append_json_string(nodes_[n.items[i]].str, out);
+          append_json_string(text(nodes_[kv[i]]), out);
           out += ':';
-          to_text(n.items[i + 1], depth + 1, out);
+          to_text(kv[i + 1], depth + 1, out);
         }
         out += '}';
         return;
+      }
     }
   }
 
@@ -294,12 +302,23 @@ class Reader {
     return v;
   }
 
+  std::string_view text(const Node& n) const {
+    return {reinterpret_cast<const char*>(data_.data() + n.value), n.length};
+  }
+
   uint32_t add(Node node) {
-    nodes_.push_back(std::move(node));
+    nodes_.push_back(node);
     return static_cast<uint32_t>(nodes_.size() - 1);
   }
-  void push(Node node) { stack_.push_back(add(std::move(node))); }
-  void push_int(int64_t v) { push(Node{.kind = Node::Kind::kInt, .integer = v}); }
+  void push(Node node) { stack_.push_back(add(node)); }
+  void push_int(int64_t v) {
+    push(Node{.kind = Node::Kind::kInt, .value = static_cast<uint64_t>(v)});
+  }
+  // A new container node owning `items`.
+  void push_container(Node::Kind kind, std::vector<uint32_t> items = {}) {
+    items_.push_back(std::move(items));
+    push(Node{.kind = kind, .value = items_.size() - 1});
+  }
   uint32_t pop() {
     if (stack_.size() <= (marks_.empty() ? 0 : marks_.back())) fail("stack underflow");
     const uint32_t v = stack_.back();
@@ -319,30 +338,28 @@ class Reader {
     stack_.resize(mark);
     return items;
   }
-  Node& container(uint32_t index, Node::Kind kind) {
-    Node& n = nodes_[index];
+  // The items of container `index`, which must be of `kind`.
+  std::vector<uint32_t>& container(uint32_t index, Node::Kind kind) {
+    const Node& n = nodes_[index];
     if (n.kind != kind)
       fail(kind == Node::Kind::kList ? "append to a non-list" : "set item on a non-dict");
-    return n;
+    return items_[n.value];
   }
   void set_items(uint32_t dict, const std::vector<uint32_t>& kv) {
     if (kv.size() % 2 != 0) fail("odd number of dict items");
     for (size_t i = 0; i < kv.size(); i += 2) {
       if (nodes_[kv[i]].kind != Node::Kind::kStr) fail("dict key that is not a string");
     }
-    Node& d = container(dict, Node::Kind::kDict);
-    d.items.insert(d.items.end(), kv.begin(), kv.end());
+    std::vector<uint32_t>& d = container(dict, Node::Kind::kDict);
+    d.insert(d.end(), kv.begin(), kv.end());
   }
   void str(size_t n) {
     need(n);
-    Node node{.kind = Node::Kind::kStr};
-    node.str.assign(reinterpret_cast<const char*>(data_.data() + pos_), n);
+    if (n > UINT32_MAX) fail("string longer than 4 GiB");
+    push(Node{.kind = Node::Kind::kStr, .length = static_cast<uint32_t>(n), .value = pos_});
     pos_ += n;
-    push(std::move(node));
   }
-  void tuple(std::vector<uint32_t> items) {
-    push(Node{.kind = Node::Kind::kTuple, .items = std::move(items)});
-  }
+  void tuple(std::vector<uint32_t> items) { push_container(Node::Kind::kTuple, std::move(items)); }
   void put(uint64_t index) {
     if (index > nodes_.size() + memo_.size()) fail("memo index out of range");
     if (memo_.size() <= index) memo_.resize(index + 1, kNoValue);
@@ -362,10 +379,10 @@ class Reader {
         le(8);
         break;
       case '}':
-        push(Node{.kind = Node::Kind::kDict});
+        push_container(Node::Kind::kDict);
         break;
       case ']':
-        push(Node{.kind = Node::Kind::kList});
+        push_container(Node::Kind::kList);
         break;
       case ')':
         tuple({});
@@ -375,12 +392,12 @@ class Reader {
         break;
       case 'd': {
         const auto kv = pop_mark();
-        push(Node{.kind = Node::Kind::kDict});
+        push_container(Node::Kind::kDict);
         set_items(stack_.back(), kv);
         break;
       }
       case 'l':
-        push(Node{.kind = Node::Kind::kList, .items = pop_mark()});
+        push_container(Node::Kind::kList, pop_mark());
         break;
       case 't':
         tuple(pop_mark());
@@ -406,12 +423,12 @@ class Reader {
       }
       case 'a': {
         const uint32_t value = pop();
-        container(top(), Node::Kind::kList).items.push_back(value);
+        container(top(), Node::Kind::kList).push_back(value);
         break;
       }
       case 'e': {
         const auto values = pop_mark();
-        auto& items = container(top(), Node::Kind::kList).items;
+        auto& items = container(top(), Node::Kind::kList);
         items.insert(items.end(), values.begin(), values.end());
         break;
       }
@@ -446,7 +463,7 @@ class Reader {
         uint64_t bits = 0;
         for (int i = 0; i < 8; ++i) bits = (bits << 8) | std::to_integer<uint64_t>(data_[pos_ + i]);
         pos_ += 8;
-        push(Node{.kind = Node::Kind::kFloat, .real = std::bit_cast<double>(bits)});
+        push(Node{.kind = Node::Kind::kFloat, .value = bits});
         break;
       }
       case 'N':
@@ -491,7 +508,7 @@ class Reader {
     return nodes_[index];
   }
 
-  static void append_json_string(const std::string& s, std::string& out) {
+  static void append_json_string(std::string_view s, std::string& out) {
     out += '"';
     for (const char c : s) {
       if (c == '"' || c == '\\') {
@@ -512,6 +529,7 @@ class Reader {
   size_t pos_ = 0;
   size_t op_offset_ = 0;
   std::vector<Node> nodes_;
+  std::vector<std::vector<uint32_t>> items_;  // Containers' items, by Node::value.
   std::vector<uint32_t> stack_;
   std::vector<size_t> marks_;
   std::vector<uint32_t> memo_;
