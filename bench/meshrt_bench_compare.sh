@@ -76,17 +76,22 @@ run_group() {
       timeout -k 5 "$LIMIT" "${cmd[@]}" --coll $COLLS ${PASS_ARGS[$pass]} \
       --json "$OUT/$tag.json" > "$OUT/$tag.rank$r.out" 2>&1 &
     pids+=($!)
+    STARTED+=($!)
   done
   for p in "${pids[@]}"; do wait "$p" || rc=$?; done
   ((rc == 0)) || echo "meshrt_bench_compare.sh: $tag failed (rc $rc); see $OUT/$tag.rank*.out" >&2
   return $rc
 }
 
+# Stopped early (Ctrl-C, an outer timeout), the script still ends every process it started:
+# `timeout` passes the TERM on to its rank.
 SPIN=""
+STARTED=()
+trap 'kill $SPIN "${STARTED[@]}" 2> /dev/null' EXIT
+trap 'exit 143' INT TERM
 if ((CONTENDED)); then
   sh -c 'while :; do :; done' &
   SPIN=$!
-  trap 'kill $SPIN 2> /dev/null' EXIT
 fi
 IMPLS=(meshrt gloo torch)
 failed=0
