@@ -437,9 +437,19 @@ void Agent::monitor(int attempt, std::vector<LocalRank>& ranks, Store& job) {
         // A watchdog fired: let every rank finish its flight-recorder dump before stopping.
         say("rank {} {}; waiting up to {:.1f} s for every rank's flight-recorder dump", f.rank,
             describe(f.exit), options_.dump_timeout.count() / 1000.0);
-        const int64_t written =
-            wait_for_dumps(job, rendezvous_->world_size(), options_.dump_timeout,
-                           [] { return interrupt_count() > 0; });
+        // A local rank that ended without a dump (SIGKILL, an early exit) never writes one:
+        // not waited for. Remote ones are, up to the timeout (their agents report only later).
+        auto ended_without_dump = [&] {
+          reap();
+          return static_cast<int>(
+              std::count_if(ranks.begin(), ranks.end(), [&](const LocalRank& r) {
+                return r.ended && !std::filesystem::exists(dump_prefix(attempt) +
+                                                           std::to_string(r.status.rank));
+              }));
+        };
+        const int64_t written = wait_for_dumps(
+            job, rendezvous_->world_size(), options_.dump_timeout,
+            [] { return interrupt_count() > 0; }, ended_without_dump);
         if (written < rendezvous_->world_size()) {
           say("{} of {} ranks wrote a dump", written, rendezvous_->world_size());
         }

@@ -35,11 +35,13 @@ bool dump_requested(Store& job) {
 }
 
 int64_t wait_for_dumps(Store& job, int world_size, milliseconds timeout,
-                       const std::function<bool()>& should_stop) {
+                       const std::function<bool()>& should_stop,
+                       const std::function<int()>& cannot_dump) {
   const auto deadline = Clock::now() + timeout;
   for (;;) {
     const int64_t written = job.add("fr/dumps_written", 0);
-    if (written >= world_size || Clock::now() >= deadline || should_stop()) return written;
+    const int64_t expected = world_size - (cannot_dump ? cannot_dump() : 0);
+    if (written >= expected || Clock::now() >= deadline || should_stop()) return written;
     std::this_thread::sleep_for(kDumpPoll);
   }
 }

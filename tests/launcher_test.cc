@@ -638,6 +638,29 @@ TEST(Meshrun, HangEndsInAWatchdogTimeoutWithEveryDumpAndAVerdict) {
 #endif
 }
 
+TEST(Meshrun, DumpWaitSkipsARankKilledWithoutADump) {
+  // Rank 0 asks every rank to dump (as its watchdog would) and dumps; rank 2 dumps; rank 1 dies
+  // of SIGKILL and can never dump. meshrun waits for the two dumps that can come, not for the
+  // whole --dump-timeout.
+  TempDir logs;
+  const std::string marker = unique_marker();
+  const auto r = run_meshrun(
+      {"--standalone", "--nproc-per-node", "3", "--log-dir", logs.path(), "--dump-timeout", "30",
+       MESHRT_LAUNCHER_CHILD, marker, "dump-signal@0", "wait-dump-signal@1", "signal=9@1", "dump@0",
+       "dump@2", "sleep=60@0", "sleep=60@2"},
+      60s, kInitEnv);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_LT(r.elapsed, 15s) << r.err;
+  EXPECT_TRUE(contains(r.err, "first failure: rank 1 (node 0 on host ")) << r.err;
+  EXPECT_TRUE(contains(r.err, "killed by SIGKILL")) << r.err;
+  EXPECT_TRUE(contains(r.err, "2 of 3 ranks wrote a dump")) << r.err;
+  for (int rank : {0, 2}) {
+    EXPECT_TRUE(std::filesystem::exists(fmt::format("{}/attempt_0/fr_trace_{}", logs.path(), rank)))
+        << rank;
+  }
+  EXPECT_EQ(survivors(marker), std::vector<int>{});
+}
+
 TEST(Meshrun, SegfaultInUserCodeLeavesADumpThatMeshtraceReadsAndTheSummarySaysSigsegv) {
   TempDir logs;
   const std::string marker = unique_marker();
