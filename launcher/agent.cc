@@ -237,8 +237,10 @@ int Agent::run_job() {
       if (outcome.failure && outcome.failure->interrupt_signal != 0) break;
       if (attempt >= options_.max_restarts) break;
       say("attempt {} failed: {}; restarting (attempt {} of at most {})", attempt,
-          outcome.failure ? describe(*outcome.failure) : "nodes did not report", attempt + 2,
-          options_.max_restarts + 1);
+          outcome.failure                ? describe(*outcome.failure)
+          : outcome.silent_nodes.empty() ? "stopped on request (" + outcome.stop_reason + ")"
+                                         : std::string("nodes did not report"),
+          attempt + 2, options_.max_restarts + 1);
     }
   } catch (const Error& e) {
     // The store or the rendezvous failed: this node cannot go on (its ranks are gone already).
@@ -517,6 +519,7 @@ AttemptOutcome Agent::gather_outcome(int attempt, const std::vector<RankStatus>&
   if (const std::string fk = key("failure", attempt); has_key(store, fk)) {
     o.failure = failure_from_json(to_string(store.get(fk, kPollSlice)));
   }
+  if (has_key(store, stop_key)) o.stop_reason = to_string(store.get(stop_key, kPollSlice));
   return o;
 }
 

@@ -2,6 +2,7 @@
 // first, as JSON through the store, and as the lines of the summary.
 #pragma once
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -50,8 +51,16 @@ struct AttemptOutcome {
   std::optional<Failure> failure;  // The first failure; none when the attempt succeeded.
   std::vector<RankStatus> ranks;   // Every reported rank, by rank.
   std::vector<int> silent_nodes;   // Nodes whose agent never reported.
+  // What the attempt's stop request said ("rank 3 failed", "interrupted", ...), when one was made.
+  std::string stop_reason;
 
-  bool success() const { return !failure && silent_nodes.empty(); }
+  // No failure, every node reported, and no rank was stopped by meshrun (a stop requested with
+  // no failure recorded still ended ranks early: not a success).
+  bool success() const {
+    return !failure && silent_nodes.empty() &&
+           std::none_of(ranks.begin(), ranks.end(),
+                        [](const RankStatus& r) { return r.stop_signal != 0; });
+  }
 };
 
 // "2024-11-22T13:55:01.234Z".

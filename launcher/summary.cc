@@ -33,8 +33,15 @@ std::string format_summary(const SummaryInput& in) {
   const AttemptOutcome& o = in.outcome;
   std::string s = fmt::format("meshrun: job failed (run '{}', attempt {} of at most {})\n",
                               in.run_id, o.attempt + 1, in.max_restarts + 1);
-  s += o.failure ? fmt::format("first failure: {}\n", describe(*o.failure))
-                 : "first failure: none seen; some nodes did not report\n";
+  if (o.failure) {
+    s += fmt::format("first failure: {}\n", describe(*o.failure));
+  } else if (!o.silent_nodes.empty()) {
+    s += "first failure: none seen; some nodes did not report\n";
+  } else {
+    s +=
+        fmt::format("first failure: none recorded; meshrun stopped the ranks on a stop request{}\n",
+                    o.stop_reason.empty() ? "" : fmt::format(" ('{}')", o.stop_reason));
+  }
   if (o.failure && !o.failure->error_file.empty()) {
     // torchelastic's ChildFailedError shows the same two fields of the failing rank.
     s += fmt::format("  error_file: {}\n", o.failure->error_file);

@@ -239,6 +239,19 @@ int run_step(const std::string& name, const std::string& value, int rank) {
     job_store()->set("fr/dump_signal", std::to_string(rank));
     return 0;
   }
+  if (name == "request-stop") {
+    // What another node's agent (or a tool with the token) does: the attempt's stop key, with no
+    // failure recorded.
+    meshrt::TcpStoreOptions o;
+    o.host = env("MASTER_ADDR");
+    o.port = static_cast<uint16_t>(env_int("MASTER_PORT"));
+    o.timeout = std::chrono::seconds(30);
+    meshrt::PrefixStore launcher("meshrun/" + env("MESHRT_RUN_ID"),
+                                 std::make_shared<meshrt::TcpStore>(o));
+    launcher.set(fmt::format("attempts/{}/stop", std::max(0, env_int("MESHRT_RESTART_COUNT"))),
+                 fmt::format("requested by rank {}", rank));
+    return 0;
+  }
   if (name == "wait-dump-signal") {
     job_store()->get("fr/dump_signal", std::chrono::seconds(30));
     return 0;

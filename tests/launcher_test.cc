@@ -638,6 +638,24 @@ TEST(Meshrun, HangEndsInAWatchdogTimeoutWithEveryDumpAndAVerdict) {
 #endif
 }
 
+TEST(Meshrun, AStopWithoutAFailureIsNotASuccess) {
+  // A stop request with no failure recorded (another agent, a tool): the ranks are stopped, so
+  // the job failed; the summary says why rather than exiting 0 in silence.
+  TempDir logs;
+  const std::string marker = unique_marker();
+  const auto r = run_meshrun({"--standalone", "--nproc-per-node", "2", "--log-dir", logs.path(),
+                              MESHRT_LAUNCHER_CHILD, marker, "request-stop@0", "sleep=60"},
+                             60s, kInitEnv);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_LT(r.elapsed, 30s);
+  EXPECT_TRUE(contains(r.err,
+                       "first failure: none recorded; meshrun stopped the ranks on a stop "
+                       "request ('requested by rank 0')"))
+      << r.err;
+  EXPECT_EQ(count(r.err, "stopped by meshrun (SIGTERM)"), 2u) << r.err;
+  EXPECT_EQ(survivors(marker), std::vector<int>{});
+}
+
 TEST(Meshrun, DumpWaitSkipsARankKilledWithoutADump) {
   // Rank 0 asks every rank to dump (as its watchdog would) and dumps; rank 2 dumps; rank 1 dies
   // of SIGKILL and can never dump. meshrun waits for the two dumps that can come, not for the
