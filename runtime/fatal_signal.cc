@@ -95,6 +95,17 @@ void install_fatal_signal_dump(int rank) {
   dump_rank.store(rank);
   static std::once_flag once;
   std::call_once(once, [] {
+    // A stack overflow's SIGSEGV finds no stack left to run a handler on: give the thread that
+    // calls init() (the program's main thread, as a rule) a stack of its own for signals, unless
+    // it has one. Static: nothing to free, and the cloned child writes the dump on its copy.
+    alignas(16) static char signal_stack[256 * 1024];
+    stack_t current{};
+    if (::sigaltstack(nullptr, &current) == 0 && (current.ss_flags & SS_DISABLE) != 0) {
+      stack_t ss{};
+      ss.ss_sp = signal_stack;
+      ss.ss_size = sizeof(signal_stack);
+      ::sigaltstack(&ss, nullptr);
+    }
     for (int sig : kFatalSignals) {
       struct sigaction current {};
       if (::sigaction(sig, nullptr, &current) != 0 || current.sa_handler != SIG_DFL ||
@@ -103,7 +114,7 @@ void install_fatal_signal_dump(int rank) {
       }
       struct sigaction action {};
       action.sa_sigaction = on_fatal_signal;
-      action.sa_flags = SA_SIGINFO;
+      action.sa_flags = SA_SIGINFO | SA_ONSTACK;
       sigemptyset(&action.sa_mask);
       ::sigaction(sig, &action, nullptr);
     }

@@ -70,6 +70,14 @@ std::shared_ptr<meshrt::Store> job_store() {
       std::make_shared<meshrt::TcpStore>(o));
 }
 
+// Recurses until the stack runs out (each frame keeps 4 KiB the compiler cannot drop).
+int recurse(int depth) {
+  if (depth < 0) return 0;  // Never: the stack runs out first.
+  volatile char frame[4096];
+  frame[depth % sizeof(frame)] = static_cast<char>(depth);
+  return recurse(depth + 1) + frame[(depth + 1) % sizeof(frame)];
+}
+
 void on_signal(int sig) {
   const char* text = sig == SIGINT ? "got SIGINT\n" : "got SIGTERM\n";
   if (::write(1, text, std::strlen(text)) < 0) _exit(3);
@@ -216,6 +224,11 @@ int run_step(const std::string& name, const std::string& value, int rank) {
     ::signal(std::stoi(value), SIG_DFL);
     ::kill(::getpid(), std::stoi(value));
     ::pause();
+  }
+  if (name == "stack-overflow") {
+    const rlimit no_core{0, 0};
+    ::setrlimit(RLIMIT_CORE, &no_core);
+    return recurse(1) > 0 ? 0 : 1;
   }
   if (name == "segfault") {
     const rlimit no_core{0, 0};

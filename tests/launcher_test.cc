@@ -679,6 +679,24 @@ TEST(Meshrun, DumpWaitSkipsARankKilledWithoutADump) {
   EXPECT_EQ(survivors(marker), std::vector<int>{});
 }
 
+TEST(Meshrun, StackOverflowStillLeavesADump) {
+  // The SIGSEGV of a stack overflow runs the dump on the signal stack init() gave the thread.
+  TempDir logs;
+  const std::string marker = unique_marker();
+  const auto r =
+      run_meshrun({"--standalone", "--nproc-per-node", "2", "--log-dir", logs.path(),
+                   MESHRT_LAUNCHER_CHILD, marker, "world", "stack-overflow@1", "sleep=60@0"},
+                  60s, kInitEnv);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(contains(r.err, "killed by SIGSEGV")) << r.err;
+  const auto dump =
+      nlohmann::json::parse(read_all(logs.path() + "/attempt_0/fr_trace_1"), nullptr, false);
+  ASSERT_FALSE(dump.is_discarded()) << r.err;
+  EXPECT_EQ(dump["dump_reason"], "crash");
+  EXPECT_EQ(dump["trigger"]["detail"], "fatal signal SIGSEGV");
+  EXPECT_EQ(survivors(marker), std::vector<int>{});
+}
+
 TEST(Meshrun, SegfaultInUserCodeLeavesADumpThatMeshtraceReadsAndTheSummarySaysSigsegv) {
   TempDir logs;
   const std::string marker = unique_marker();
