@@ -56,9 +56,8 @@ class Backend {
   // Which of run() and launch() the communicator calls for the program's ops.
   virtual ExecutionModel execution_model() const { return ExecutionModel::kRunToCompletion; }
   // kLaunch backends: starts `op` and returns its handle without waiting for it; throws Error if
-  // it cannot be launched (nothing was started then). May complete the op before returning:
-  // then it returns null (or a PendingOp whose first poll() says kDone). The default throws
-  // Error(kNotSupported).
+  // it cannot be launched (nothing was started then). Returns null when it completed the op
+  // before returning. The default throws Error(kNotSupported).
   virtual std::unique_ptr<PendingOp> launch(const Op& op);
   // Whether ops may take CUDA buffers (NCCL); validation refuses them elsewhere.
   virtual bool accepts_cuda() const { return false; }

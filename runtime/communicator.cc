@@ -294,19 +294,16 @@ void Communicator::launch_pending(const Op& op, const WorkHandle& work,
   if (model_ == ExecutionModel::kLaunch) work->mark_started(enqueue_ns);
   std::unique_ptr<PendingOp> pending;
   std::optional<Error> failure;
-  PollResult first;
   try {
     pending = make();
-    // A host library often finishes a small op inside the call (MPI's blocking path, a 1-rank
-    // group): seen now, it completes with no list entry left for wait() to poll.
-    if (pending && model_ == ExecutionModel::kLaunch) first = pending->poll();
   } catch (const Error& e) {
     failure.emplace(e.code(), context(op.kind, op.op_seq), e.detail());
   } catch (const std::exception& e) {
     failure.emplace(ErrorCode::kBackend, context(op.kind, op.op_seq), e.what());
   }
-  // No pending op at all: the backend finished it inside launch().
-  const bool done_now = !failure && (!pending || first.state == PollResult::State::kDone);
+  // No pending op: the backend finished it inside launch() (MPI's blocking path). It completes
+  // now and leaves no list entry for wait() to poll.
+  const bool done_now = !failure && !pending;
   if (const uint64_t graph = pending ? pending->cuda_graph_id() : 0; graph != 0) {
     // Captured into a CUDA graph: the record says which, before its completion is seen.
     std::lock_guard lock(work->mu_);
@@ -326,7 +323,7 @@ void Communicator::launch_pending(const Op& op, const WorkHandle& work,
   if (failure) fail(*work, std::move(*failure));
   if (done_now) {
     if (debug) debug->output = tensor_stats(op.output);
-    work->mark_completed(first.end_ns);
+    work->mark_completed();
   }
 }
 

@@ -177,6 +177,9 @@ TEST_F(LiveDiagnosis, RankCallsADifferentCollectiveOnOneDim) {
       << seen_.verdict;
   EXPECT_NE(seen_.verdict.find("rank 3 called all_gather"), std::string::npos) << seen_.verdict;
   EXPECT_NE(seen_.verdict.find("type_mismatch"), std::string::npos) << seen_.verdict;
+  // The tp group of 2 has no majority; its sibling group (ranks 0 and 1) ran all_reduce, so only
+  // rank 3 is to blame.
+  EXPECT_NE(seen_.verdict.find("culprit rank 3)"), std::string::npos) << seen_.verdict;
 }
 
 TEST_F(LiveDiagnosis, PipelineP2PDeadlock) {
