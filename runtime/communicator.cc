@@ -37,6 +37,14 @@ QueuedRegistry& queued_registry() {
 }
 
 // How a Work of a backend with `model` reaches its op.
+// Adds one to a counter that only the holder of the numbering lock writes (others read it
+// without a lock): a load and a store, no atomic read-modify-write. Returns the new value.
+uint64_t bump(std::atomic<uint64_t>& counter) {
+  const uint64_t next = counter.load(std::memory_order_relaxed) + 1;
+  counter.store(next, std::memory_order_relaxed);
+  return next;
+}
+
 WorkPath work_path(ExecutionModel model) {
   switch (model) {
     case ExecutionModel::kRunToCompletion:
@@ -177,19 +185,12 @@ Communicator::~Communicator() {
 }
 
 uint64_t Communicator::collective_seq() const {
-  std::lock_guard lock(mu_);
-  return collective_seq_;
+  return collective_seq_.load(std::memory_order_relaxed);
 }
-uint64_t Communicator::p2p_seq() const {
-  std::lock_guard lock(mu_);
-  return p2p_seq_;
-}
-uint64_t Communicator::op_seq() const {
-  std::lock_guard lock(mu_);
-  return op_seq_;
-}
+uint64_t Communicator::p2p_seq() const { return p2p_seq_.load(std::memory_order_relaxed); }
+uint64_t Communicator::op_seq() const { return op_seq_.load(std::memory_order_relaxed); }
 
-WorkHandle Communicator::enqueue(Op op, OpOptions options, const std::source_location& caller) {
+WorkHandle Communicator::enqueue(Op&& op, OpOptions options, const std::source_location& caller) {
   op.timeout = options.timeout.count() != 0 ? options.timeout : timeout();
   validate_op(op, *info_, backend_->accepts_cuda());  // Before the cap: it names what was passed.
   op.timeout = capped_timeout(op.timeout);
@@ -200,9 +201,10 @@ WorkHandle Communicator::enqueue(Op op, OpOptions options, const std::source_loc
                 e.detail());
   }
 
-  // Built before any lock: numbering fills in the rest of its record under mu_.
-  WorkHandle work = std::make_shared<Work>(make_record(op, info_, caller));
+  // Built before any lock: numbering fills in the rest of its record under the numbering lock.
+  WorkHandle work = make_work();
   trace::OpRecord& rec = work->record_;  // Nobody else sees it before publish_locked().
+  fill_record(op, info_, caller, rec);
   if (debug_tensor_stats_enabled()) {
     rec.debug = std::make_shared<trace::DebugStats>();
     rec.debug->input = tensor_stats(op.input);
@@ -210,50 +212,52 @@ WorkHandle Communicator::enqueue(Op op, OpOptions options, const std::source_loc
   std::shared_ptr<trace::DebugStats> debug = rec.debug;
 
   int64_t enqueue_ns = 0;
-  // Launching backends take the op on this thread: numbering and launch() in one critical
-  // section keep every rank's launch order equal to its call order.
+  // The numbering lock. Launching backends take the op on this thread: numbering and launch()
+  // under launch_mu_ keep every rank's launch order equal to its call order, and mu_ (which
+  // guards only the queue they do not use) is not taken. Queued backends number under mu_.
   std::unique_lock launch_lock(launch_mu_, std::defer_lock);
-  if (model_ != ExecutionModel::kRunToCompletion) launch_lock.lock();
-  {
-    std::lock_guard lock(mu_);
-    // Numbered like PyTorch's Flight Recorder: collectives and p2p ops count separately, each
-    // record carries the current value of the other counter.
-    // A coalescing block's members share one number per counter, bumped by its first member of
-    // each kind (PyTorch's start/endCoalescing).
-    if (rec.is_p2p) {
-      if (!coalescing_ || !std::exchange(coalesced_p2p_, true)) ++p2p_seq_;
-    } else {
-      if (!coalescing_ || !std::exchange(coalesced_collective_, true)) ++collective_seq_;
-      ++backend_collective_seq_;
-    }
-    number_channels(op, rec);
-    publish_locked(*work, op, ++op_seq_, enqueue_ns);
-    if (coalescing_) coalesced_.push_back(work);
-    if (aborted_) {
-      work->mark_failed(
-          Error(ErrorCode::kAborted, context(op.kind, op.op_seq), "the communicator was aborted"));
-      return work;
-    }
-    if (model_ == ExecutionModel::kRunToCompletion) {
-      // An op queued behind one not yet finished means the caller is pipelining: from then on
-      // the worker runs the queue. A coalescing block's members wait for their closing entry.
-      const bool pipelining = (busy_ || !queue_.empty()) && !coalescing_;
-      push_locked(Task{std::move(op), work, {}, nullptr, std::move(debug)});
-      if (!(options.async_op || pipelining) || !release_locked(queue_.size())) return work;
-    }
+  std::unique_lock queue_lock(mu_, std::defer_lock);
+  if (model_ == ExecutionModel::kRunToCompletion) {
+    queue_lock.lock();
+  } else {
+    launch_lock.lock();
+  }
+  // Numbered like PyTorch's Flight Recorder: collectives and p2p ops count separately, each
+  // record carries the current value of the other counter.
+  // A coalescing block's members share one number per counter, bumped by its first member of
+  // each kind (PyTorch's start/endCoalescing).
+  if (rec.is_p2p) {
+    if (!coalescing_ || !std::exchange(coalesced_p2p_, true)) bump(p2p_seq_);
+  } else {
+    if (!coalescing_ || !std::exchange(coalesced_collective_, true)) bump(collective_seq_);
+    ++backend_collective_seq_;
+  }
+  number_channels(op, rec);
+  publish_locked(*work, op, bump(op_seq_), enqueue_ns);
+  if (coalescing_) coalesced_.push_back(work);
+  if (aborted_) {
+    work->mark_failed(
+        Error(ErrorCode::kAborted, context(op.kind, op.op_seq), "the communicator was aborted"));
+    return work;
   }
   if (model_ != ExecutionModel::kRunToCompletion) {
     launch(op, work, std::move(debug), enqueue_ns);
     return work;
   }
+  // An op queued behind one not yet finished means the caller is pipelining: from then on the
+  // worker runs the queue. A coalescing block's members wait for their closing entry.
+  const bool pipelining = (busy_ || !queue_.empty()) && !coalescing_;
+  push_locked(Task{std::move(op), work, {}, nullptr, std::move(debug)});
+  if (!(options.async_op || pipelining) || !release_locked(queue_.size())) return work;
+  queue_lock.unlock();
   cv_.notify_one();
   return work;
 }
 
 void Communicator::publish_locked(Work& work, Op& op, uint64_t op_seq, int64_t& enqueue_ns) {
   trace::OpRecord& rec = work.record_;
-  rec.collective_seq = collective_seq_;
-  rec.p2p_seq = p2p_seq_;
+  rec.collective_seq = collective_seq_.load(std::memory_order_relaxed);
+  rec.p2p_seq = p2p_seq_.load(std::memory_order_relaxed);
   rec.record_id = trace::next_record_id();
   rec.op_seq = op.op_seq = op_seq;
   op.collective_seq = backend_collective_seq_;
@@ -281,7 +285,7 @@ void Communicator::launch_pending(const Op& op, const WorkHandle& work,
     std::lock_guard lock(inflight_mu_);
     // Listed before launch() so that the watchdog sees an op whose launch blocks.
     entry = &add_inflight_locked();
-    entry->work = work;
+    entry->work = work.get();
     entry->deadline_ns = enqueue_ns + op.timeout.count() * 1'000'000;
     entry->kind = op.kind;
     entry->op_seq = op.op_seq;
@@ -306,7 +310,7 @@ void Communicator::launch_pending(const Op& op, const WorkHandle& work,
   const bool done_now = !failure && !pending;
   if (const uint64_t graph = pending ? pending->cuda_graph_id() : 0; graph != 0) {
     // Captured into a CUDA graph: the record says which, before its completion is seen.
-    std::lock_guard lock(work->mu_);
+    std::lock_guard lock(work->record_mu_);
     work->record_.cuda_graph_id = graph;
   }
   {
@@ -315,7 +319,10 @@ void Communicator::launch_pending(const Op& op, const WorkHandle& work,
     std::lock_guard lock(inflight_mu_);
     entry->started = model_ == ExecutionModel::kLaunch;
     entry->done = failure.has_value() || done_now;
-    if (!entry->done) entry->pending = std::move(pending);
+    if (!entry->done) {
+      entry->pending = std::move(pending);
+      entry->owner = work;
+    }
     if (done_now) debug = std::move(entry->debug);
     trim_inflight_locked();
   }
@@ -372,8 +379,8 @@ void Communicator::poll_launched(std::vector<std::pair<WorkHandle, Error>>& fail
     if (aborted) {
       e.pending->abandon();
       e.done = true;
-      failed.emplace_back(e.work, Error(ErrorCode::kAborted, context(e.kind, e.op_seq),
-                                        "the communicator was aborted"));
+      failed.emplace_back(e.owner, Error(ErrorCode::kAborted, context(e.kind, e.op_seq),
+                                         "the communicator was aborted"));
       continue;
     }
     try {
@@ -390,11 +397,11 @@ void Communicator::poll_launched(std::vector<std::pair<WorkHandle, Error>>& fail
       }
     } catch (const Error& err) {
       e.done = true;
-      failed.emplace_back(e.work, Error(err.code(), context(e.kind, e.op_seq), err.detail()));
+      failed.emplace_back(e.owner, Error(err.code(), context(e.kind, e.op_seq), err.detail()));
       continue;
     } catch (const std::exception& err) {
       e.done = true;
-      failed.emplace_back(e.work,
+      failed.emplace_back(e.owner,
                           Error(ErrorCode::kBackend, context(e.kind, e.op_seq), err.what()));
       continue;
     }
@@ -403,9 +410,9 @@ void Communicator::poll_launched(std::vector<std::pair<WorkHandle, Error>>& fail
       e.pending->abandon();
       e.done = true;
       failed.emplace_back(
-          e.work, Error(ErrorCode::kTimeout, context(e.kind, e.op_seq),
-                        fmt::format("not finished after its timeout of {} ms ({})", e.timeout_ms,
-                                    e.started ? "started" : "still scheduled: never began")));
+          e.owner, Error(ErrorCode::kTimeout, context(e.kind, e.op_seq),
+                         fmt::format("not finished after its timeout of {} ms ({})", e.timeout_ms,
+                                     e.started ? "started" : "still scheduled: never began")));
     }
   }
   trim_inflight_locked();
@@ -426,7 +433,8 @@ void Communicator::trim_inflight_locked() {
       continue;
     }
     Launched& e = inflight_.front();
-    e.work.reset();
+    e.work = nullptr;
+    e.owner.reset();
     e.pending.reset();
     e.debug.reset();
     e.started = e.done = false;
@@ -440,7 +448,7 @@ void Communicator::wait_on_stream(const Work& work) {
   // list only when polled (every 100 ms by the watchdog).
   for (auto it = inflight_.rbegin(); it != inflight_.rend(); ++it) {
     Launched& e = *it;
-    if (e.work.get() == &work) {
+    if (e.work == &work) {
       if (!e.done && e.pending) e.pending->wait_on_stream();
       return;
     }
@@ -469,16 +477,17 @@ void Communicator::number_channels(const Op& op, trace::OpRecord& rec) {
 }
 
 std::optional<trace::OpRecord> Communicator::running_record() const {
-  WorkHandle running;
   if (model_ != ExecutionModel::kRunToCompletion) {
+    // Read under inflight_mu_: an entry not done has a live work (its launching caller or the
+    // entry's owner holds it).
     std::lock_guard lock(inflight_mu_);
     for (const Launched& e : inflight_) {
-      if (!e.done) {
-        running = e.work;
-        break;
-      }
+      if (!e.done) return e.work->record();
     }
-  } else {
+    return std::nullopt;
+  }
+  WorkHandle running;
+  {
     std::lock_guard lock(mu_);
     running = running_;
   }
@@ -929,8 +938,9 @@ WorkHandle Communicator::end_coalescing(std::source_location caller) {
   Op op;
   op.kind = OpKind::kCoalesced;
   op.timeout = timeout();
-  WorkHandle work = std::make_shared<Work>(make_record(op, info_, caller));
+  WorkHandle work = make_work();
   trace::OpRecord& rec = work->record_;
+  fill_record(op, info_, caller, rec);
   std::vector<WorkHandle> members;
   int64_t enqueue_ns = 0;
   {
@@ -951,7 +961,7 @@ WorkHandle Communicator::end_coalescing(std::source_location caller) {
       op.timeout = std::max(op.timeout, std::chrono::milliseconds(r.timeout_ms));
     }
     rec.timeout_ms = op.timeout.count();
-    publish_locked(*work, op, op_seq_, enqueue_ns);
+    publish_locked(*work, op, op_seq_.load(std::memory_order_relaxed), enqueue_ns);
     if (model_ == ExecutionModel::kRunToCompletion) {
       // Behind every member on the one queue: they are done when it runs, which happens like a
       // member's (on the first waiter, or the worker).

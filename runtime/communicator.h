@@ -48,6 +48,7 @@
 #include <vector>
 
 #include "../trace/op_record.h"
+#include "../trace/spin_lock.h"
 #include "backend.h"
 #include "timeout.h"
 #include "work.h"
@@ -221,7 +222,11 @@ class Communicator {
  private:
   // A launched op (kLaunch backends) until it completed or failed.
   struct Launched {
-    WorkHandle work;
+    // The op's work; its handle is held (owner) only once launch() returned with the op still
+    // pending: while launch() runs, the launching caller holds it, which saves two atomic
+    // reference counts on an op that finishes inside launch().
+    Work* work = nullptr;
+    WorkHandle owner;
     std::unique_ptr<PendingOp> pending;  // Null while launch() runs.
     int64_t deadline_ns = 0;             // Steady clock; the op fails with kTimeout after it.
     OpKind kind = OpKind::kBarrier;
@@ -247,7 +252,7 @@ class Communicator {
   // Whether `work` completed or failed, without polling (for CoalescedPending).
   static bool work_done(const Work& work) { return work.done_now(); }
 
-  WorkHandle enqueue(Op op, OpOptions options, const std::source_location& caller);
+  WorkHandle enqueue(Op&& op, OpOptions options, const std::source_location& caller);
   void post_job(std::function<void()> job);
   void worker_loop();
   void run_task(Task& task);
@@ -297,15 +302,15 @@ class Communicator {
   void wait_on_stream(const Work& work);
   ErrorContext context(OpKind kind, uint64_t op_seq) const;
   // Stamps `work`'s record and `op` with `op_seq`, the counters and the enqueue time (also
-  // returned in `enqueue_ns`), tells the sinks, and sets the work's driver. Call under mu_,
-  // numbering done, before the work is shared.
+  // returned in `enqueue_ns`), tells the sinks, and sets the work's driver. Call under the
+  // numbering lock (see collective_seq_), numbering done, before the work is shared.
   void publish_locked(Work& work, Op& op, uint64_t op_seq, int64_t& enqueue_ns);
   // split(): the new group's backend, of options.backend when it names another kind.
   std::unique_ptr<Backend> make_child_backend(const SplitSpec& spec, const CommOptions& options,
                                               const trace::CommInfo& child) const;
   // Reports a failed op to the watchdog, then fails its work.
   void fail(Work& work, Error error);
-  // Numbers the op's p2p channels (peer, direction) in `rec`. Call under mu_.
+  // Numbers the op's p2p channels (peer, direction) in `rec`. Call under the numbering lock.
   void number_channels(const Op& op, trace::OpRecord& rec);
 
   std::shared_ptr<const trace::CommInfo> info_;
@@ -316,8 +321,9 @@ class Communicator {
 
   // kLaunch: held from numbering an op until its launch() returned, so ops launch in order.
   std::mutex launch_mu_;
-  // kLaunch: one poller at a time; guards inflight_. Never held while calling the watchdog.
-  mutable std::mutex inflight_mu_;
+  // kLaunch: one poller at a time; guards inflight_. Never held while calling the watchdog. A
+  // spin lock: an op that finishes inside launch() takes it twice (docs/performance.md).
+  mutable trace::SpinLock inflight_mu_;
   // Launched ops, oldest first; done ones leave from the front. A list, so that an entry stays
   // put while others come and go, with its nodes recycled through spare_launched_ (a deque
   // allocated and freed a node every other op).
@@ -333,9 +339,11 @@ class Communicator {
   std::atomic<size_t> unreleased_{0};
   bool stopping_ = false;
   std::atomic<bool> aborted_{false};  // Read without mu_ by pollers.
-  uint64_t collective_seq_ = 0;
-  uint64_t p2p_seq_ = 0;
-  uint64_t op_seq_ = 0;
+  // The numbering state, below, is written under the numbering lock: launch_mu_ for launching
+  // backends, mu_ for queued ones. The counters are also read without it (accessors).
+  std::atomic<uint64_t> collective_seq_{0};
+  std::atomic<uint64_t> p2p_seq_{0};
+  std::atomic<uint64_t> op_seq_{0};
   uint64_t splits_ = 0;
   // Backends' count of collectives: collective_seq_ may repeat inside a coalescing block, but
   // backends derive message tags from Op::collective_seq, which must differ per collective.

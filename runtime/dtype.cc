@@ -6,31 +6,6 @@
 
 namespace meshrt {
 
-size_t dtype_size_bytes(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return 4;
-    case DType::kF64:
-      return 8;
-    case DType::kF16:
-      return 2;
-    case DType::kBF16:
-      return 2;
-    case DType::kI8:
-      return 1;
-    case DType::kU8:
-      return 1;
-    case DType::kI32:
-      return 4;
-    case DType::kI64:
-      return 8;
-    case DType::kF8E4M3:
-    case DType::kF8E5M2:
-      return 1;
-  }
-  return 0;
-}
-
 std::string_view dtype_name(DType dtype) {
   switch (dtype) {
     case DType::kF32:

@@ -26,8 +26,27 @@ inline constexpr DType kAllDTypes[] = {DType::kF32,    DType::kF64,   DType::kF1
                                        DType::kI8,     DType::kU8,    DType::kI32, DType::kI64,
                                        DType::kF8E4M3, DType::kF8E5M2};
 
-// Size of one element in bytes; 0 for a value outside the enum.
-size_t dtype_size_bytes(DType dtype);
+// Size of one element in bytes; 0 for a value outside the enum. Inline: validation and records
+// ask it several times per op.
+constexpr size_t dtype_size_bytes(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+    case DType::kI32:
+      return 4;
+    case DType::kF64:
+    case DType::kI64:
+      return 8;
+    case DType::kF16:
+    case DType::kBF16:
+      return 2;
+    case DType::kI8:
+    case DType::kU8:
+    case DType::kF8E4M3:
+    case DType::kF8E5M2:
+      return 1;
+  }
+  return 0;
+}
 // Short lowercase name: "f32", "bf16", ...; "unknown" outside the enum. Static storage.
 std::string_view dtype_name(DType dtype);
 // True for f32, f64, f16, bf16 and the fp8 types.

@@ -51,13 +51,12 @@ trace::Dims dims_of(const BufferView& b) {
 
 }  // namespace
 
-trace::OpRecord make_record(const Op& op, std::shared_ptr<const trace::CommInfo> comm,
-                            const std::source_location& caller) {
+void fill_record(const Op& op, const std::shared_ptr<const trace::CommInfo>& comm,
+                 const std::source_location& caller, trace::OpRecord& rec) {
   const trace::OpKindInfo& info = trace::op_info(op.kind);
   const int group_size = static_cast<int>(comm->global_ranks.size());
   const int rank = comm->rank;
-  trace::OpRecord rec;
-  rec.comm = std::move(comm);
+  rec.comm = comm;
   rec.kind = op.kind;
   rec.op = info.name;
   rec.is_p2p = info.p2p;
@@ -78,11 +77,18 @@ trace::OpRecord make_record(const Op& op, std::shared_ptr<const trace::CommInfo>
   rec.scope = trace::current_scope();
   rec.setup = trace::in_setup_ops();
   // Hashed once per thread: std::hash of a thread id is a byte hash, per op it showed in profiles.
-  thread_local const uint64_t thread_hash =
+  // Initial-exec: no __tls_get_addr call per op (see trace/scope.cc).
+  [[gnu::tls_model("initial-exec")]] thread_local const uint64_t thread_hash =
       std::hash<std::thread::id>{}(std::this_thread::get_id());
   rec.thread_id = thread_hash;
   rec.caller_file = caller.file_name();
   rec.caller_line = caller.line();
+}
+
+trace::OpRecord make_record(const Op& op, std::shared_ptr<const trace::CommInfo> comm,
+                            const std::source_location& caller) {
+  trace::OpRecord rec;
+  fill_record(op, comm, caller, rec);
   return rec;
 }
 

@@ -58,9 +58,12 @@ struct Op {
 // batches), seen from group rank `rank` of a group of `group_size`.
 uint64_t message_bytes(const Op& op, int group_size, int rank);
 
-// The trace record of `op`, called at `caller`, on `comm`: kind, dtype, reduce op, counts, shapes,
-// bytes, root or peer, timeout, the caller's scope and thread. The communicator adds sequence
-// numbers, channels and times.
+// Fills `rec`, a fresh record, with what `op`, called at `caller`, on `comm` says: kind, dtype,
+// reduce op, counts, shapes, bytes, root or peer, timeout, the caller's scope and thread. The
+// communicator adds sequence numbers, channels and times. In place: a record is 448 bytes.
+void fill_record(const Op& op, const std::shared_ptr<const trace::CommInfo>& comm,
+                 const std::source_location& caller, trace::OpRecord& rec);
+// fill_record() into a new record.
 trace::OpRecord make_record(const Op& op, std::shared_ptr<const trace::CommInfo> comm,
                             const std::source_location& caller);
 

@@ -18,6 +18,7 @@
 #include "trace/env.h"
 #include "trace/logging.h"
 #include "trace/pickle_writer.h"
+#include "trace/spin_lock.h"
 
 namespace meshrt::trace {
 namespace {
@@ -113,14 +114,8 @@ FlightRecorderOptions flight_recorder_options_from_env() {
 
 // A slot is written by the enqueuing thread and then by the worker, and read by dumps: a spin
 // lock per slot keeps those apart without any lock shared between ops.
-struct FlightRecorder::Slot {
-  std::atomic<bool> busy{false};
+struct FlightRecorder::Slot : SpinLock {
   OpRecord record;
-
-  void lock() {
-    while (busy.exchange(true, std::memory_order_acquire)) std::this_thread::yield();
-  }
-  void unlock() { busy.store(false, std::memory_order_release); }
 };
 
 FlightRecorder& FlightRecorder::instance() {

@@ -20,8 +20,10 @@ Interner& interner() {
   return *i;
 }
 
-thread_local const ScopeNode* current = nullptr;
-thread_local bool setup_ops = false;
+// Read by every op: initial-exec TLS reads them at a fixed offset, where the default model for a
+// shared library calls __tls_get_addr (it showed in per-op profiles).
+[[gnu::tls_model("initial-exec")]] thread_local const ScopeNode* current = nullptr;
+[[gnu::tls_model("initial-exec")]] thread_local bool setup_ops = false;
 
 const ScopeNode* intern(const ScopeNode* parent, std::string_view name, Phase phase) {
   Interner& in = interner();

@@ -15,6 +15,7 @@
 
 #include "trace/atomic_file.h"
 #include "trace/logging.h"
+#include "trace/spin_lock.h"
 
 namespace meshrt::trace {
 namespace {
@@ -381,15 +382,10 @@ std::string StragglerReport::json() const {
 
 // A rank's ring. Written by the workers of the rank's communicators and read by snapshots: its
 // spin lock is shared by nothing else, so an op waits only for another op of the same rank.
-struct StragglerSink::Ring {
-  std::atomic<bool> busy{false};
+struct StragglerSink::Ring : SpinLock {
   std::vector<StragglerSample> samples;  // Fixed size: the ring's slots.
   uint64_t recorded = 0;
 
-  void lock() {
-    while (busy.exchange(true, std::memory_order_acquire)) std::this_thread::yield();
-  }
-  void unlock() { busy.store(false, std::memory_order_release); }
   void clear(size_t slots) {
     lock();
     samples.assign(slots, StragglerSample{});

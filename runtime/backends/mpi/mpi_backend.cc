@@ -239,6 +239,16 @@ bool MpiBackend::blocking(const Op& op) {
 
 std::unique_ptr<PendingOp> MpiBackend::launch(const Op& op) {
   const bool block = blocking(op);
+  if (block && op.kind == OpKind::kAllReduce && op.reduce_op != ReduceOp::kAvg) {
+    // The latency-bound op of training loops: nothing to finish after the call, so no op object
+    // (its bookkeeping was ~100 instructions per op, docs/performance.md).
+    const BufferView& out = op.output;
+    const int rc = MPI_Allreduce(op.input.data == out.data ? MPI_IN_PLACE : op.input.data, out.data,
+                                 to_count(out.count), mpi_datatype(out.dtype),
+                                 mpi_reduce_op(out.dtype, op.reduce_op), comm_);
+    if (rc != MPI_SUCCESS) throw_mpi_error(rc, "MPI_Allreduce", {global_rank_, "", "", -1});
+    return nullptr;
+  }
   std::unique_ptr<MpiPendingOp> p = spare_ ? std::move(spare_) : std::make_unique<MpiPendingOp>("");
   // Before the first request: a later reallocation would move the request MPI writes to.
   if (op.kind == OpKind::kBatchP2P) p->reserve_requests(op.p2p.size());
