@@ -236,8 +236,7 @@ WorkHandle Communicator::enqueue(Op&& op, OpOptions options, const std::source_l
   publish_locked(*work, op, bump(op_seq_), enqueue_ns);
   if (coalescing_) coalesced_.push_back(work);
   if (aborted_) {
-    work->mark_failed(
-        Error(ErrorCode::kAborted, context(op.kind, op.op_seq), "the communicator was aborted"));
+    work->mark_failed(Error(ErrorCode::kAborted, context(*work), "the communicator was aborted"));
     return work;
   }
   if (model_ != ExecutionModel::kRunToCompletion) {
@@ -268,8 +267,10 @@ void Communicator::publish_locked(Work& work, Op& op, uint64_t op_seq, int64_t& 
   work.set_driver(driver_, work_path(model_));
 }
 
-ErrorContext Communicator::context(OpKind kind, uint64_t op_seq) const {
-  return {global_rank(), name(), std::string(op_kind_name(kind)), static_cast<int64_t>(op_seq)};
+ErrorContext Communicator::context(const Work& work) const {
+  const trace::OpRecord& r = work.record_;
+  return {global_rank(), name(), std::string(r.op), static_cast<int64_t>(trace::trace_seq(r)),
+          static_cast<int64_t>(r.op_seq)};
 }
 
 void Communicator::launch(const Op& op, const WorkHandle& work,
@@ -287,8 +288,6 @@ void Communicator::launch_pending(const Op& op, const WorkHandle& work,
     entry = &add_inflight_locked();
     entry->work = work.get();
     entry->deadline_ns = enqueue_ns + op.timeout.count() * 1'000'000;
-    entry->kind = op.kind;
-    entry->op_seq = op.op_seq;
     entry->timeout_ms = op.timeout.count();
     entry->debug = std::move(debug);
     entry->output = op.output;
@@ -301,9 +300,9 @@ void Communicator::launch_pending(const Op& op, const WorkHandle& work,
   try {
     pending = make();
   } catch (const Error& e) {
-    failure.emplace(e.code(), context(op.kind, op.op_seq), e.detail());
+    failure.emplace(e.code(), context(*work), e.detail());
   } catch (const std::exception& e) {
-    failure.emplace(ErrorCode::kBackend, context(op.kind, op.op_seq), e.what());
+    failure.emplace(ErrorCode::kBackend, context(*work), e.what());
   }
   // No pending op: the backend finished it inside launch() (MPI's blocking path). It completes
   // now and leaves no list entry for wait() to poll.
@@ -379,8 +378,8 @@ void Communicator::poll_launched(std::vector<std::pair<WorkHandle, Error>>& fail
     if (aborted) {
       e.pending->abandon();
       e.done = true;
-      failed.emplace_back(e.owner, Error(ErrorCode::kAborted, context(e.kind, e.op_seq),
-                                         "the communicator was aborted"));
+      failed.emplace_back(
+          e.owner, Error(ErrorCode::kAborted, context(*e.work), "the communicator was aborted"));
       continue;
     }
     try {
@@ -397,12 +396,11 @@ void Communicator::poll_launched(std::vector<std::pair<WorkHandle, Error>>& fail
       }
     } catch (const Error& err) {
       e.done = true;
-      failed.emplace_back(e.owner, Error(err.code(), context(e.kind, e.op_seq), err.detail()));
+      failed.emplace_back(e.owner, Error(err.code(), context(*e.work), err.detail()));
       continue;
     } catch (const std::exception& err) {
       e.done = true;
-      failed.emplace_back(e.owner,
-                          Error(ErrorCode::kBackend, context(e.kind, e.op_seq), err.what()));
+      failed.emplace_back(e.owner, Error(ErrorCode::kBackend, context(*e.work), err.what()));
       continue;
     }
     if (now_ns == 0) now_ns = trace::steady_now_ns();
@@ -410,7 +408,7 @@ void Communicator::poll_launched(std::vector<std::pair<WorkHandle, Error>>& fail
       e.pending->abandon();
       e.done = true;
       failed.emplace_back(
-          e.owner, Error(ErrorCode::kTimeout, context(e.kind, e.op_seq),
+          e.owner, Error(ErrorCode::kTimeout, context(*e.work),
                          fmt::format("not finished after its timeout of {} ms ({})", e.timeout_ms,
                                      e.started ? "started" : "still scheduled: never began")));
     }
@@ -627,8 +625,7 @@ void Communicator::run_task(Task& task) {
   const Op& op = task.op;
   if (op.kind == OpKind::kCoalesced) return finish_coalesced(task);
   if (aborted_.load(std::memory_order_relaxed)) {
-    work.mark_failed(
-        Error(ErrorCode::kAborted, context(op.kind, op.op_seq), "the communicator was aborted"));
+    work.mark_failed(Error(ErrorCode::kAborted, context(work), "the communicator was aborted"));
     return;
   }
   work.mark_started();
@@ -638,9 +635,9 @@ void Communicator::run_task(Task& task) {
     work.mark_completed();
   } catch (const Error& e) {
     // Backends know the failure but not the op's identity: add it.
-    fail(work, Error(e.code(), context(op.kind, op.op_seq), e.detail()));
+    fail(work, Error(e.code(), context(work), e.detail()));
   } catch (const std::exception& e) {
-    fail(work, Error(ErrorCode::kBackend, context(op.kind, op.op_seq), e.what()));
+    fail(work, Error(ErrorCode::kBackend, context(work), e.what()));
   }
 }
 
@@ -901,7 +898,8 @@ class Communicator::CoalescedPending final : public PendingOp {
   // The closing entry's failure: the first failed member's code, naming it.
   static Error member_failed(const Work& member, const Error& e) {
     const trace::OpRecord r = member.record();
-    return Error(e.code(), {}, fmt::format("member {} #{} failed: {}", r.op, r.op_seq, e.detail()));
+    return Error(e.code(), {},
+                 fmt::format("member {} #{} failed: {}", r.op, trace::trace_seq(r), e.detail()));
   }
 
  private:
@@ -984,8 +982,7 @@ void Communicator::finish_coalesced(Task& task) {
     if (auto e = m->error()) {
       // The member has reported its own failure to the watchdog already.
       const Error failed = CoalescedPending::member_failed(*m, *e);
-      work.mark_failed(
-          Error(failed.code(), context(OpKind::kCoalesced, task.op.op_seq), failed.detail()));
+      work.mark_failed(Error(failed.code(), context(work), failed.detail()));
       return;
     }
   }

@@ -229,8 +229,6 @@ class Communicator {
     WorkHandle owner;
     std::unique_ptr<PendingOp> pending;  // Null while launch() runs.
     int64_t deadline_ns = 0;             // Steady clock; the op fails with kTimeout after it.
-    OpKind kind = OpKind::kBarrier;
-    uint64_t op_seq = 0;
     int64_t timeout_ms = 0;
     bool started = false;
     bool done = false;
@@ -300,7 +298,9 @@ class Communicator {
   void poll_launched(std::vector<std::pair<WorkHandle, Error>>& failed);
   // kLaunchOnStream: orders the caller's stream after `work`'s op.
   void wait_on_stream(const Work& work);
-  ErrorContext context(OpKind kind, uint64_t op_seq) const;
+  // Names `work`'s op in errors: rank, communicator, op, trace_seq() and op_id. Reads only the
+  // record's fields fixed at numbering, so it takes no lock.
+  ErrorContext context(const Work& work) const;
   // Stamps `work`'s record and `op` with `op_seq`, the counters and the enqueue time (also
   // returned in `enqueue_ns`), tells the sinks, and sets the work's driver. Call under the
   // numbering lock (see collective_seq_), numbering done, before the work is shared.

@@ -14,7 +14,11 @@ std::string format_message(ErrorCode code, const ErrorContext& c, const std::str
   };
   if (c.rank >= 0) add(fmt::format("rank {}", c.rank));
   if (!c.comm.empty()) add(fmt::format("comm '{}'", c.comm));
-  if (!c.op.empty()) add(c.seq >= 0 ? fmt::format("{} #{}", c.op, c.seq) : c.op);
+  if (!c.op.empty()) {
+    std::string op = c.seq >= 0 ? fmt::format("{} #{}", c.op, c.seq) : c.op;
+    if (c.op_id >= 0 && c.op_id != c.seq) op += fmt::format(" (op_id {})", c.op_id);
+    add(op);
+  }
   if (!where.empty()) out += " " + where;
   out += ": ";
   out += detail;

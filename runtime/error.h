@@ -62,11 +62,17 @@ struct ErrorContext {
   int rank = -1;     // Global rank of the caller; -1 when unknown.
   std::string comm;  // Communicator (or mesh) name, e.g. "mesh0/tp"; empty when none.
   std::string op;    // Operation, e.g. "all_reduce" or "store.get"; empty when none.
-  int64_t seq = -1;  // The op's per-communicator op_seq (first = 1); -1 before it was numbered.
+  // The op's number as dumps, logs and meshtrace name it: its collective_seq, or its p2p_seq for
+  // a p2p op (PyTorch's Flight Recorder numbering; first = 1); -1 before it was numbered.
+  int64_t seq = -1;
+  // The communicator's count of all its ops at this one (PyTorch's op_id); shown only where it
+  // differs from seq. -1 when unknown.
+  int64_t op_id = -1;
 };
 
 // Thrown by every meshrt API (mesh/layout.h's rank math excepted). what() reads like
-// "meshrt [timeout] rank 3, comm 'mesh0/tp', all_reduce #42: <detail>".
+// "meshrt [timeout] rank 3, comm 'mesh0/tp', all_reduce #42: <detail>" (with "(op_id 57)" after
+// the number when a communicator mixes collectives and p2p ops).
 class Error : public std::runtime_error {
  public:
   // Builds what() from the three parts.

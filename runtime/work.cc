@@ -133,7 +133,8 @@ void Work::wait(std::chrono::milliseconds timeout) {
     throw Error(
         ErrorCode::kTimeout,
         {record_.comm ? record_.comm->global_rank : -1, record_.comm ? record_.comm->name : "",
-         std::string(record_.op), static_cast<int64_t>(record_.op_seq)},
+         std::string(record_.op), static_cast<int64_t>(trace::trace_seq(record_)),
+         static_cast<int64_t>(record_.op_seq)},
         fmt::format("not finished after waiting {} ms (state {})", capped_timeout(timeout).count(),
                     trace::op_state_name(record_.state)));
   }

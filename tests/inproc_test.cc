@@ -11,6 +11,7 @@
 
 #include "mesh/meshrt.h"
 #include "tests/collective_checks.h"
+#include "trace/flight_recorder.h"
 #include "trace/tracer.h"
 
 namespace meshrt {
@@ -82,6 +83,43 @@ TEST(Inproc, MissingRankTimesOutNamingIt) {
   for (auto& t : threads) t.join();
   EXPECT_EQ(timeouts.load(), 2);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+// An op has one number everywhere: the error, the work's record and the flight recorder name
+// the all_reduce by its collective sequence number (PyTorch's), not by the count of all ops.
+TEST(Inproc, ErrorsRecordsAndDumpsNameAnOpByTheSameNumber) {
+  auto world = make_inproc_world(2, {.name = "world", .timeout = milliseconds(300)});
+  std::vector<float> x(4, 1.0f);
+  std::thread peer([&] {
+    world[1]->recv(view(x), 0)->wait();
+    world[1]->all_reduce(view(x))->wait();
+  });
+  world[0]->send(view(x), 1)->wait();
+  world[0]->all_reduce(view(x))->wait();
+  peer.join();
+  // Rank 1 stays away: rank 0's second all_reduce (its third op) times out.
+  WorkHandle late = world[0]->all_reduce(view(x));
+  try {
+    late->wait();
+    FAIL() << "an all_reduce without its peer finished";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kTimeout);
+    EXPECT_NE(std::string(e.what()).find("comm 'world', all_reduce #2 (op_id 3):"),
+              std::string::npos)
+        << e.what();
+  }
+  const trace::OpRecord rec = late->record();
+  EXPECT_EQ(trace::trace_seq(rec), 2u);
+  EXPECT_EQ(rec.op_seq, 3u);
+  bool recorded = false;
+  for (const trace::OpRecord& r : trace::FlightRecorder::instance().records(0)) {
+    if (r.record_id == rec.record_id) {
+      recorded = true;
+      EXPECT_EQ(r.collective_seq, 2u);
+      EXPECT_EQ(r.state, trace::OpState::kFailed);
+    }
+  }
+  EXPECT_TRUE(recorded);
 }
 
 TEST(Inproc, MismatchedCollectivesFailOnEveryRank) {

@@ -126,6 +126,12 @@ TEST(ErrorType, MessageNamesEveryKnownPart) {
   EXPECT_EQ(e.detail(), "peers [1] missing");
   Error bare(ErrorCode::kStore, {}, "x");
   EXPECT_STREQ(bare.what(), "meshrt [store]: x");
+  // The op count follows the number only where the two differ (p2p ops on the communicator).
+  Error mixed(ErrorCode::kTimeout, {0, "world", "all_reduce", 2, 3}, "late");
+  EXPECT_STREQ(mixed.what(),
+               "meshrt [timeout] rank 0, comm 'world', all_reduce #2 (op_id 3): late");
+  Error same(ErrorCode::kTimeout, {0, "world", "all_reduce", 2, 2}, "late");
+  EXPECT_STREQ(same.what(), "meshrt [timeout] rank 0, comm 'world', all_reduce #2: late");
 }
 
 // Every validation rule: on every rank of a 4-rank world the call throws kInvalidArgument with

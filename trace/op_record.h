@@ -134,6 +134,12 @@ struct OpRecord {
   std::shared_ptr<DebugStats> debug;
 };
 
+// The op's number as dumps, errors, logs and meshtrace name it: its collective_seq, or its
+// p2p_seq for a p2p op (PyTorch's Flight Recorder numbering).
+inline uint64_t trace_seq(const OpRecord& record) {
+  return record.is_p2p ? record.p2p_seq : record.collective_seq;
+}
+
 // How long the op ran, start to end, in nanoseconds; 0 when it never started or has not ended
 // (an op that fails while queued has no start).
 inline int64_t run_ns(const OpRecord& record) {
