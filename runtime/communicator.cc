@@ -11,6 +11,7 @@
 #include "runtime/backend_factory.h"
 #include "runtime/debug_stats.h"
 #include "runtime/error.h"
+#include "runtime/nan_check.h"
 #include "runtime/validation.h"
 #include "runtime/watchdog.h"
 #include "trace/env.h"
@@ -140,6 +141,8 @@ Communicator::Communicator(trace::CommInfo info, std::unique_ptr<Backend> backen
   info.backend_version = backend_->version();
   info_ = std::make_shared<const trace::CommInfo>(std::move(info));
   backend_->set_comm_info(info_);
+  hooks_ = std::make_unique<OpHooks>(info_);
+  if (nan_check_enabled_from_env()) nan_check_ = hooks_->add_pre_op(nan_check_hook);
   sent_.assign(info_->global_ranks.size(), 0);
   received_.assign(info_->global_ranks.size(), 0);
   trace::FlightRecorder::instance().register_comm(info_);
@@ -199,6 +202,11 @@ WorkHandle Communicator::enqueue(Op&& op, OpOptions options, const std::source_l
   } catch (const Error& e) {
     throw Error(e.code(), {global_rank(), name(), std::string(op_kind_name(op.kind)), -1},
                 e.detail());
+  }
+
+  if (hooks_->has_pre_op()) {
+    hooks_->run_pre_op({op.kind, op_kind_name(op.kind), rank(), op.root, op.input, op.output,
+                        op.p2p, info_.get()});
   }
 
   // Built before any lock: numbering fills in the rest of its record under the numbering lock.
@@ -993,6 +1001,7 @@ void Communicator::abort() noexcept {
   // Once is enough: a timed-out launch and the watchdog may both get here.
   if (aborted_.exchange(true)) return;
   backend_->abort();
+  hooks_->run_abort();
 }
 
 }  // namespace meshrt

@@ -50,6 +50,7 @@
 #include "../trace/op_record.h"
 #include "../trace/spin_lock.h"
 #include "backend.h"
+#include "hooks.h"
 #include "timeout.h"
 #include "work.h"
 
@@ -215,6 +216,15 @@ class Communicator {
   // An op already running ends as its backend allows: in-process fails it (and the peers' ops)
   // with kPeerFailure; Gloo cannot interrupt it, so it ends at its timeout.
   void abort() noexcept;
+
+  // Registers `hook` to run before each later op of this communicator is numbered and launched
+  // (runtime/hooks.h says what it sees and what throwing does). Kept until the handle goes.
+  HookHandle add_pre_op_hook(PreOpHook hook) { return hooks_->add_pre_op(std::move(hook)); }
+  // Registers `hook` to run when each later op has completed or failed, before its waiters wake.
+  HookHandle add_post_op_hook(PostOpHook hook) { return hooks_->add_post_op(std::move(hook)); }
+  // Registers `hook` to run when the communicator is aborted (by abort() or a timeout).
+  HookHandle add_abort_hook(AbortHook hook) { return hooks_->add_abort(std::move(hook)); }
+
   // A snapshot of the record of the op executing now (launched: the oldest unfinished), if any
   // (for the watchdog).
   std::optional<trace::OpRecord> running_record() const;
@@ -358,6 +368,8 @@ class Communicator {
   std::thread worker_;              // Started by the first op: idle communicators cost no thread.
   std::shared_ptr<Driver> driver_;  // Shared with this communicator's works.
   std::unique_ptr<WatchdogView> watchdog_view_;  // What the watchdog sees of this communicator.
+  std::unique_ptr<OpHooks> hooks_;               // Made with info_.
+  HookHandle nan_check_;                         // MESHRT_NAN_CHECK's pre-op hook, when asked for.
 };
 
 }  // namespace meshrt
