@@ -769,6 +769,31 @@ TEST_F(AnalyzerTest, P2pDeadlockNamesTheRankThatReceivedFromTheWrongPeer) {
   }
 }
 
+// No cycle this time (examples/stall's p2p case): stages 0 and 1 send to stages 2 and 3; rank 2
+// receives from rank 3 instead of rank 0. Rank 3 finished its part and waits on nothing, rank 0's
+// send to rank 2 waits: rank 2, whose recv has no matching peer op, is the culprit, not rank 3.
+TEST_F(AnalyzerTest, WrongPeerRecvOutsideACycleBlamesTheReceiverNotTheIdlePeer) {
+  FrJob job = world_job(4);
+  job.send(1, "world", 3, 256);
+  job.recv(3, "world", 1, 256);
+  job.send(3, "world", 1, 256);
+  job.recv(1, "world", 3, 256);
+  job.send(0, "world", 2, 256, "started");
+  job.recv(2, "world", 3, 256, "started");
+  job.write(dir_);
+  const Report report = analyze();
+  std::vector<int> roots;
+  for (const Finding& f : report.findings) {
+    if (f.root) roots.insert(roots.end(), f.culprit_ranks.begin(), f.culprit_ranks.end());
+  }
+  EXPECT_EQ(roots, std::vector<int>{2}) << describe(report);
+  ASSERT_FALSE(report.findings.empty());
+  EXPECT_NE(report.findings[0].detail.find(
+                "rank 2 posted recv #1 from rank 3 but rank 3 never sent to rank 2"),
+            std::string::npos)
+      << describe(report);
+}
+
 // PyTorch's own-size rules, on ops every rank called alike: sizes that cannot fit the op.
 TEST_F(AnalyzerTest, OpsWhoseOwnSizesCannotFit) {
   struct Case {

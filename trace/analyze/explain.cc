@@ -277,12 +277,30 @@ class Explainer {
           drafts[*it].cycle = true;
           if (fresh != 1 || opened) next[*it] = -1;
           if (opened) {
-            drafts[*it].opened_cycle = true;
+            drafts[*it].wrong_peer = true;
             drafts[*it].finding.culprit_ranks = drafts[*it].issuers;
           }
         }
       }
       for (const int p : path) mark[p] = 2;
+    }
+    // The same mistake without a cycle: the peer of a fresh-channel op finished or moved on (the
+    // finding is a root that blames it), while another rank's p2p op in the group waits on the
+    // issuer. In examples/stall's pipeline, rank 2 receives from rank 3, which never sends to
+    // it, while rank 0's send to rank 2 waits: rank 2 named the wrong peer; rank 3 did its part.
+    for (size_t i = 0; i < drafts.size(); ++i) {
+      Draft& d = drafts[i];
+      if (!d.fresh_channel || d.cycle || next[i] >= 0 || d.key.src < 0 ||
+          d.finding.culprit_ranks != d.finding.missing_ranks) {
+        continue;
+      }
+      const bool issuer_awaited = std::any_of(drafts.begin(), drafts.end(), [&](const Draft& o) {
+        return &o != &d && next[&o - drafts.data()] == static_cast<int>(i) && o.key.src >= 0 &&
+               o.key.group == d.key.group;
+      });
+      if (!issuer_awaited) continue;
+      d.wrong_peer = true;
+      d.finding.culprit_ranks = d.issuers;
     }
     for (size_t i = 0; i < drafts.size(); ++i) {
       drafts[i].cause = next[i];
@@ -342,7 +360,7 @@ class Explainer {
     Finding& f = d.finding;
     if (f.kind == FindingKind::kNotJoined) {
       const std::string doing_now = doing(f.missing_ranks, d.key, d.key.group);
-      if (d.opened_cycle) {
+      if (d.wrong_peer) {
         const bool sent = d.issuers.front() == d.key.src;
         f.detail = fmt::format(
             "rank {} posted {} but rank {} never {} rank {} on this channel: no matching peer op "

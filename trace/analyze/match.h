@@ -105,7 +105,9 @@ struct Draft {
   // A lone p2p op on a channel where the peer never posted the opposite op (with its records
   // intact): the issuer likely named the wrong peer.
   bool fresh_channel = false;
-  bool opened_cycle = false;  // The fresh-channel op that a cycle of waits was traced to.
+  // The fresh-channel op blamed on its issuer (the wrong peer): a cycle of waits was traced to
+  // it, or another rank's p2p op waits on its issuer while its peer waits on nothing.
+  bool wrong_peer = false;
 };
 
 // What matching learned of a job, for explain.h.
