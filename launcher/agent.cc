@@ -17,6 +17,8 @@
 #include "launcher/signals.h"
 #include "launcher/summary.h"
 #include "runtime/error.h"
+#include "runtime/store/dump_keys.h"
+#include "runtime/store/live_keys.h"
 #include "runtime/store/prefix_store.h"
 #include "runtime/store/store_auth.h"
 #include "trace/env.h"
@@ -31,6 +33,16 @@ struct LocalRank {
 };
 
 namespace {
+
+// Whether the attempt's ranks run meshrt (they publish progress records to the job's store once
+// a second): only then can they dump, and does a failure wait for their dumps.
+bool ranks_run_meshrt(Store& job, int world_size) {
+  for (int r = 0; r < world_size; ++r) {
+    const std::string k = live_keys::progress(r);
+    if (job.check({&k, 1})) return true;
+  }
+  return false;
+}
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
@@ -374,8 +386,11 @@ void Agent::monitor(int attempt, std::vector<LocalRank>& ranks, Store& job) {
   Clock::time_point kill_at;
   int interrupts_seen = 0;
 
-  // Reaps the ranks that ended; returns the first that failed on its own, if any.
-  auto reap = [&ranks]() -> LocalRank* {
+  // Reaps the ranks that ended; returns the first that failed on its own, if any. A rank that
+  // ended without counting its dump (SIGKILL, an early exit, a crash whose dump a cloned child
+  // wrote) is counted for it in the job's dump count, so that neither its peers' watchdogs nor
+  // any agent (remote ones included) waits for a dump that cannot come.
+  auto reap = [&]() -> LocalRank* {
     LocalRank* failed = nullptr;
     for (LocalRank& r : ranks) {
       if (r.ended) continue;
@@ -384,6 +399,11 @@ void Agent::monitor(int attempt, std::vector<LocalRank>& ranks, Store& job) {
         r.status.exit = *exit;
         r.status.end_time = utc_now();
         if (failed == nullptr && r.status.failed()) failed = &r;
+        try {
+          dump_keys::count_dump_once(job, r.status.rank, "meshrun");
+        } catch (const std::exception& e) {
+          say("cannot count rank {}'s missing dump in the store: {}", r.status.rank, e.what());
+        }
       }
     }
     return failed;
@@ -435,25 +455,27 @@ void Agent::monitor(int attempt, std::vector<LocalRank>& ranks, Store& job) {
         f.error_message = file->message;
       }
       publish_failure(attempt, f);
-      if (f.exit.exit_code == kWatchdogExitCode || dump_requested(job)) {
-        // A watchdog fired: let every rank finish its flight-recorder dump before stopping.
+      const bool meshrt_ranks = f.exit.exit_code == kWatchdogExitCode || dump_requested(job) ||
+                                ranks_run_meshrt(job, rendezvous_->world_size());
+      if (meshrt_ranks) {
+        // Any failure (a watchdog's, or a rank killed outright before its watchdog could act):
+        // every surviving rank dumps its flight recorder before it is stopped. The survivors'
+        // watchdogs poll this signal, as they poll a timed-out peer's.
+        const std::string rank = std::to_string(f.rank);
+        try {
+          job.compare_set(dump_keys::kDumpSignal, {}, as_bytes(rank));
+        } catch (const std::exception& e) {
+          say("cannot ask the ranks to dump: {}", e.what());
+        }
         say("rank {} {}; waiting up to {:.1f} s for every rank's flight-recorder dump", f.rank,
             describe(f.exit), options_.dump_timeout.count() / 1000.0);
-        // A local rank that ended without a dump (SIGKILL, an early exit) never writes one:
-        // not waited for. Remote ones are, up to the timeout (their agents report only later).
-        auto ended_without_dump = [&] {
-          reap();
-          return static_cast<int>(
-              std::count_if(ranks.begin(), ranks.end(), [&](const LocalRank& r) {
-                return r.ended && !std::filesystem::exists(dump_prefix(attempt) +
-                                                           std::to_string(r.status.rank));
-              }));
-        };
+        // Ranks that end meanwhile without a dump are counted as they are reaped.
         const int64_t written = wait_for_dumps(
             job, rendezvous_->world_size(), options_.dump_timeout,
-            [] { return interrupt_count() > 0; }, ended_without_dump);
+            [] { return interrupt_count() > 0; }, [&] { reap(); });
         if (written < rendezvous_->world_size()) {
-          say("{} of {} ranks wrote a dump", written, rendezvous_->world_size());
+          say("only {} of {} ranks finished their dumps within {:.1f} s", written,
+              rendezvous_->world_size(), options_.dump_timeout.count() / 1000.0);
         }
       }
       store.set(stop_key, as_bytes(fmt::format("rank {} failed", f.rank)));

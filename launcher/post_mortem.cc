@@ -11,6 +11,7 @@
 #include "launcher/child_process.h"
 #include "launcher/files.h"
 #include "launcher/unique_fd.h"
+#include "runtime/store/dump_keys.h"
 #include "trace/env.h"
 
 namespace meshrt::launcher {
@@ -30,18 +31,18 @@ std::string dump_key(int attempt, int rank, const std::string& part) {
 }  // namespace
 
 bool dump_requested(Store& job) {
-  const std::string key = "fr/dump_signal";
+  const std::string key = dump_keys::kDumpSignal;
   return job.check({&key, 1});
 }
 
 int64_t wait_for_dumps(Store& job, int world_size, milliseconds timeout,
                        const std::function<bool()>& should_stop,
-                       const std::function<int()>& cannot_dump) {
+                       const std::function<void()>& on_poll) {
   const auto deadline = Clock::now() + timeout;
   for (;;) {
-    const int64_t written = job.add("fr/dumps_written", 0);
-    const int64_t expected = world_size - (cannot_dump ? cannot_dump() : 0);
-    if (written >= expected || Clock::now() >= deadline || should_stop()) return written;
+    if (on_poll) on_poll();
+    const int64_t written = job.add(dump_keys::kDumpsWritten, 0);
+    if (written >= world_size || Clock::now() >= deadline || should_stop()) return written;
     std::this_thread::sleep_for(kDumpPoll);
   }
 }

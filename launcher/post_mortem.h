@@ -16,12 +16,12 @@ namespace meshrt::launcher {
 // True when a rank's watchdog asked every rank to dump: `fr/dump_signal` is set in `job`, the
 // attempt's namespace "meshrt/<run_id>/<attempt>/".
 bool dump_requested(Store& job);
-// Waits until `fr/dumps_written` in `job` reaches `world_size` less cannot_dump() (the ranks
-// known to have ended without a dump, asked again at every poll), `timeout` passes or
-// should_stop() is true; returns the count reached.
+// Waits until `fr/dumps_written` in `job` reaches `world_size` (ranks that dumped, and ranks their
+// agents saw end without a dump), `timeout` passes or should_stop() is true; returns the count
+// reached. `on_poll` runs before every look at the count (the agent reaps its ranks there).
 int64_t wait_for_dumps(Store& job, int world_size, std::chrono::milliseconds timeout,
                        const std::function<bool()>& should_stop,
-                       const std::function<int()>& cannot_dump = {});
+                       const std::function<void()>& on_poll = {});
 
 // Stores one rank's dump under "dumps/<attempt>/<rank>/" of the launcher's namespace, in chunks
 // below the store's value limit, so that node 0 can write it into its log directory.

@@ -21,6 +21,7 @@
 #include "runtime/error.h"
 #include "runtime/error_file.h"
 #include "runtime/fatal_signal.h"
+#include "runtime/store/dump_keys.h"
 #include "runtime/store/prefix_store.h"
 #include "runtime/store/store_auth.h"
 #include "runtime/store/tcp_store.h"
@@ -238,7 +239,7 @@ struct WorldResources {
         const auto now = std::chrono::steady_clock::now();
         if (!failed_at) failed_at = now;
         const bool arrived_left = left >= store->add("exit/arrived", 0) - 1;
-        const bool all_dumped = store->add("fr/dumps_written", 0) >= world_size;
+        const bool all_dumped = store->add(dump_keys::kDumpsWritten, 0) >= world_size;
         if (arrived_left && (all_dumped || now - *failed_at > grace)) return;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "runtime/store/dump_keys.h"
 #include "trace/env.h"
 #include "trace/logging.h"
 #include "trace/tracer.h"
@@ -16,8 +17,8 @@
 namespace meshrt {
 namespace {
 
-constexpr const char* kDumpSignalKey = "fr/dump_signal";
-constexpr const char* kDumpsWrittenKey = "fr/dumps_written";
+using dump_keys::kDumpSignal;
+using dump_keys::kDumpsWritten;
 
 std::atomic<bool> dump_requested_by_signal{false};
 
@@ -250,7 +251,7 @@ void Watchdog::poll_remote_signal() {
   }
   if (!store || dumped_.load()) return;
   try {
-    const std::string key = kDumpSignalKey;
+    const std::string key = kDumpSignal;
     if (!store->check(std::span<const std::string>(&key, 1))) return;
     const auto value = store->get(key, std::chrono::milliseconds(1000));
     const std::string from(value.begin(), value.end());
@@ -309,8 +310,9 @@ void Watchdog::dump_once(trace::DumpReason reason, const trace::DumpTrigger* tri
     // Counts ranks done with their dump, written or not, so nobody waits for a dump that will
     // never come (recorder off, unwritable prefix).
     try {
-      store->add(kDumpsWrittenKey,
-                 static_cast<int64_t>(std::max<size_t>(1, fr.local_ranks().size())));
+      const std::vector<int> ranks = fr.local_ranks();
+      for (const int r : ranks) dump_keys::count_dump_once(*store, r, "rank");
+      if (ranks.empty()) store->add(kDumpsWritten, 1);  // No communicator: rank unknown.
     } catch (const std::exception& e) {
       log().warn("cannot count the dump in the store: {}", e.what());
     }
@@ -340,7 +342,7 @@ void Watchdog::wait_for_all_dumps() {
   if (!store || world_size <= 1) return;
   const auto deadline = std::chrono::steady_clock::now() + options_.dump_wait;
   try {
-    while (store->add(kDumpsWrittenKey, 0) < world_size) {
+    while (store->add(kDumpsWritten, 0) < world_size) {
       if (std::chrono::steady_clock::now() >= deadline) {
         log().warn("not every rank counted its dump within {} ms", options_.dump_wait.count());
         return;
@@ -372,7 +374,7 @@ void Watchdog::fire(trace::DumpReason reason, const trace::DumpTrigger& trigger)
     try {
       // The first rank to fire names itself; later ones leave its value.
       const std::string rank = std::to_string(trigger.rank);
-      store->compare_set(kDumpSignalKey, {}, std::span<const char>(rank.data(), rank.size()));
+      store->compare_set(kDumpSignal, {}, std::span<const char>(rank.data(), rank.size()));
     } catch (const std::exception& e) {
       log().warn("cannot signal the other ranks to dump: {}", e.what());
     }

@@ -38,6 +38,7 @@
 #include <thread>
 
 #include "mesh/meshrt.h"
+#include "runtime/store/dump_keys.h"
 #include "runtime/store/prefix_store.h"
 #include "runtime/store/tcp_store.h"
 
@@ -249,7 +250,7 @@ int run_step(const std::string& name, const std::string& value, int rank) {
     return 0;
   }
   if (name == "dump-signal") {
-    job_store()->set("fr/dump_signal", std::to_string(rank));
+    job_store()->set(meshrt::dump_keys::kDumpSignal, std::to_string(rank));
     return 0;
   }
   if (name == "request-stop") {
@@ -266,7 +267,7 @@ int run_step(const std::string& name, const std::string& value, int rank) {
     return 0;
   }
   if (name == "wait-dump-signal") {
-    job_store()->get("fr/dump_signal", std::chrono::seconds(30));
+    job_store()->get(meshrt::dump_keys::kDumpSignal, std::chrono::seconds(30));
     return 0;
   }
   if (name == "dump") {
@@ -277,7 +278,7 @@ int run_step(const std::string& name, const std::string& value, int rank) {
     std::fputs(dump_json(rank, env_int("WORLD_SIZE")).c_str(), f);
     std::fclose(f);
     std::rename(tmp.c_str(), path.c_str());
-    job_store()->add("fr/dumps_written", 1);
+    meshrt::dump_keys::count_dump_once(*job_store(), rank, "rank");
     return 0;
   }
   line(stderr, "launcher_child: unknown step " + name);
