@@ -12,6 +12,7 @@
 #include "launcher/child_process.h"
 #include "launcher/files.h"
 #include "launcher/live_monitor.h"
+#include "launcher/node_heartbeat.h"
 #include "launcher/output_prefixer.h"
 #include "launcher/post_mortem.h"
 #include "launcher/signals.h"
@@ -269,7 +270,8 @@ int Agent::run_job() {
     say("{}", make_job_report(""));
   }
   try {
-    rendezvous_->leave(options_.grace_period + kLeaveMargin);
+    rendezvous_->leave(options_.grace_period + kLeaveMargin,
+                       heartbeat_ ? static_cast<int>(heartbeat_->lost().size()) : 0);
   } catch (const Error& e) {
     say("could not tell node 0 that this node is done: {}", e.detail());
   }
@@ -285,6 +287,8 @@ AttemptOutcome Agent::run_attempt(int attempt) {
   rendezvous_->barrier(key("start", attempt));
   PrefixStore job(fmt::format("meshrt/{}/{}", options_.run_id, attempt), rendezvous_->client());
   const NodeInfo& me = rendezvous_->self();
+  heartbeat_ = std::make_unique<NodeHeartbeat>(rendezvous_->client(), key("alive", attempt),
+                                               rendezvous_->nnodes(), me.node_rank);
 
   std::vector<LocalRank> ranks(me.nproc);
   std::vector<OutputStream> streams;
@@ -423,6 +427,37 @@ void Agent::monitor(int attempt, std::vector<LocalRank>& ranks, Store& job) {
     signal_all(signal);
     kill_at = Clock::now() + options_.grace_period;
   };
+  // Records the job's first failure, has every rank that can dump its flight recorder (ranks
+  // of meshrt), then stops this node's ranks and asks the other agents to stop theirs.
+  auto fail_job = [&](const Failure& f, const std::string& what) {
+    publish_failure(attempt, f);
+    const bool meshrt_ranks = f.exit.exit_code == kWatchdogExitCode || dump_requested(job) ||
+                              ranks_run_meshrt(job, rendezvous_->world_size());
+    if (meshrt_ranks) {
+      // Any failure (a watchdog's, or a rank or node lost before a watchdog could act): every
+      // surviving rank dumps before it is stopped. Their watchdogs poll this signal, as they
+      // poll a timed-out peer's.
+      const std::string rank = std::to_string(f.rank);
+      try {
+        job.compare_set(dump_keys::kDumpSignal, {}, as_bytes(rank));
+      } catch (const std::exception& e) {
+        say("cannot ask the ranks to dump: {}", e.what());
+      }
+      say("{}; waiting up to {:.1f} s for every rank's flight-recorder dump", what,
+          options_.dump_timeout.count() / 1000.0);
+      // Ranks that end meanwhile without a dump are counted as they are reaped.
+      const int64_t written = wait_for_dumps(
+          job, rendezvous_->world_size(), options_.dump_timeout,
+          [] { return interrupt_count() > 0; }, [&] { reap(); });
+      if (written < rendezvous_->world_size()) {
+        say("only {} of {} ranks finished their dumps within {:.1f} s", written,
+            rendezvous_->world_size(), options_.dump_timeout.count() / 1000.0);
+      }
+    }
+    store.set(stop_key, as_bytes(f.agent_lost ? fmt::format("node {} lost", f.node)
+                                              : fmt::format("rank {} failed", f.rank)));
+    begin_stop(SIGTERM);
+  };
 
   for (;;) {
     LocalRank* failed = reap();
@@ -454,32 +489,32 @@ void Agent::monitor(int attempt, std::vector<LocalRank>& ranks, Store& job) {
         f.error_file = file->path;
         f.error_message = file->message;
       }
-      publish_failure(attempt, f);
-      const bool meshrt_ranks = f.exit.exit_code == kWatchdogExitCode || dump_requested(job) ||
-                                ranks_run_meshrt(job, rendezvous_->world_size());
-      if (meshrt_ranks) {
-        // Any failure (a watchdog's, or a rank killed outright before its watchdog could act):
-        // every surviving rank dumps its flight recorder before it is stopped. The survivors'
-        // watchdogs poll this signal, as they poll a timed-out peer's.
-        const std::string rank = std::to_string(f.rank);
-        try {
-          job.compare_set(dump_keys::kDumpSignal, {}, as_bytes(rank));
-        } catch (const std::exception& e) {
-          say("cannot ask the ranks to dump: {}", e.what());
+      fail_job(f, fmt::format("rank {} {}", f.rank, describe(f.exit)));
+    }
+    if (!stopping && heartbeat_) {
+      if (const std::vector<int> lost = heartbeat_->lost(); !lost.empty()) {
+        // Its ranks died with it (or can no longer be reached): count them as done with their
+        // dumps, which they cannot write, and fail the job now rather than at the op timeout.
+        const NodeInfo& n = rendezvous_->nodes()[lost.front()];
+        Failure f;
+        f.rank = n.rank_offset;
+        f.node = n.node_rank;
+        f.host = n.host;
+        f.pid = n.pid;
+        f.agent_lost = true;
+        f.time = utc_now();
+        for (const int node : lost) {
+          const NodeInfo& l = rendezvous_->nodes()[node];
+          for (int r = l.rank_offset; r < l.rank_offset + l.nproc; ++r) {
+            try {
+              dump_keys::count_dump_once(job, r, "meshrun");
+            } catch (const std::exception& e) {
+              say("cannot count rank {}'s missing dump in the store: {}", r, e.what());
+            }
+          }
         }
-        say("rank {} {}; waiting up to {:.1f} s for every rank's flight-recorder dump", f.rank,
-            describe(f.exit), options_.dump_timeout.count() / 1000.0);
-        // Ranks that end meanwhile without a dump are counted as they are reaped.
-        const int64_t written = wait_for_dumps(
-            job, rendezvous_->world_size(), options_.dump_timeout,
-            [] { return interrupt_count() > 0; }, [&] { reap(); });
-        if (written < rendezvous_->world_size()) {
-          say("only {} of {} ranks finished their dumps within {:.1f} s", written,
-              rendezvous_->world_size(), options_.dump_timeout.count() / 1000.0);
-        }
+        fail_job(f, describe(f));
       }
-      store.set(stop_key, as_bytes(fmt::format("rank {} failed", f.rank)));
-      begin_stop(SIGTERM);
     }
     if (!stopping && has_key(store, stop_key)) begin_stop(SIGTERM);
     if (stopping && !killed && Clock::now() >= kill_at) {
@@ -518,6 +553,15 @@ AttemptOutcome Agent::gather_outcome(int attempt, const std::vector<RankStatus>&
     if (interrupts > interrupts_seen && interrupts_seen == 0) publish_interrupt(attempt);
     interrupts_seen = interrupts;
     if (interrupts >= 2) break;
+    // Nodes whose agent stopped beating will never report: stop waiting once only they remain.
+    if (heartbeat_) {
+      const std::vector<int> lost = heartbeat_->lost();
+      const bool only_lost_missing = std::all_of(keys.begin(), keys.end(), [&](const auto& k) {
+        const int node = static_cast<int>(&k - keys.data());
+        return has_key(store, k) || std::find(lost.begin(), lost.end(), node) != lost.end();
+      });
+      if (only_lost_missing) break;
+    }
     if (!deadline && has_key(store, stop_key)) {
       deadline =
           Clock::now() + options_.grace_period + options_.dump_timeout + std::chrono::seconds(10);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/node_heartbeat.h"
 #include "launcher/options.h"
 #include "launcher/rank_status.h"
 #include "launcher/rendezvous.h"
@@ -67,6 +68,8 @@ class Agent {
   std::optional<std::string> user_dump_prefix_;  // MESHRT_DUMP_PREFIX from meshrun's env.
   std::vector<std::string> base_env_;            // meshrun's environment minus what each rank gets.
   std::unique_ptr<Rendezvous> rendezvous_;
+  // The current attempt's liveness of the other nodes' agents (none for one node).
+  std::unique_ptr<NodeHeartbeat> heartbeat_;
 };
 
 }  // namespace meshrt::launcher

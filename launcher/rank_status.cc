@@ -50,6 +50,12 @@ std::string describe(const Failure& f) {
     return fmt::format("meshrun on node {} (host {}) received {} at {}", f.node, f.host,
                        signal_name(f.interrupt_signal), f.time);
   }
+  if (f.agent_lost) {
+    return fmt::format(
+        "node {} (host {}): its agent (pid {}) stopped answering at {}; its ranks "
+        "from rank {} on were lost with it",
+        f.node, f.host, f.pid, f.time, f.rank);
+  }
   return fmt::format("rank {} (node {} on host {}, local rank {}, pid {}) {} at {}", f.rank, f.node,
                      f.host, f.local_rank, f.pid, describe(f.exit), f.time);
 }
@@ -94,6 +100,7 @@ std::string to_json(const Failure& f) {
                         {"pid", f.pid},
                         {"exit", exit_json(f.exit)},
                         {"interrupt_signal", f.interrupt_signal},
+                        {"agent_lost", f.agent_lost},
                         {"time", f.time},
                         {"error_file", f.error_file},
                         {"error_message", f.error_message}}
@@ -110,6 +117,7 @@ Failure failure_from_json(const std::string& text) {
   f.pid = j.at("pid").get<int>();
   f.exit = exit_from(j.at("exit"));
   f.interrupt_signal = j.at("interrupt_signal").get<int>();
+  f.agent_lost = j.value("agent_lost", false);
   f.time = j.at("time").get<std::string>();
   f.error_file = j.at("error_file").get<std::string>();
   f.error_message = j.at("error_message").get<std::string>();

@@ -39,7 +39,9 @@ struct Failure {
   std::string host;
   int pid = 0;
   ExitStatus exit;
-  int interrupt_signal = 0;   // SIGINT or SIGTERM sent to meshrun; such a job is not restarted.
+  int interrupt_signal = 0;  // SIGINT or SIGTERM sent to meshrun; such a job is not restarted.
+  // The agent of `node` (pid `pid`) stopped answering: its ranks, from `rank` on, were lost.
+  bool agent_lost = false;
   std::string time;           // UTC.
   std::string error_file;     // The rank's TORCHELASTIC_ERROR_FILE, when it wrote one.
   std::string error_message;  // What it says: "<type>: <what()>" of the uncaught exception.

@@ -202,11 +202,11 @@ void Rendezvous::wait_for_nodes(const std::vector<std::string>& keys, const std:
                           fmt::join(missing, ", "), keys.size()));
 }
 
-void Rendezvous::leave(milliseconds timeout) {
+void Rendezvous::leave(milliseconds timeout, int lost) {
   store_->add("left", 1);
   if (!server_) return;
   const auto deadline = Clock::now() + timeout;
-  while (store_->add("left", 0) < options_.nnodes && Clock::now() < deadline) {
+  while (store_->add("left", 0) < options_.nnodes - lost && Clock::now() < deadline) {
     std::this_thread::sleep_for(milliseconds(20));
   }
 }

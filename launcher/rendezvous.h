@@ -78,8 +78,8 @@ class Rendezvous {
   // Error(kTimeout) whose message says which nodes are missing: key i belongs to node i.
   void wait_for_nodes(const std::vector<std::string>& keys, const std::string& what);
   // Tells the others this agent is done with the store. Node 0 then waits, up to `timeout`, for
-  // every agent to leave before the store can go down.
-  void leave(std::chrono::milliseconds timeout);
+  // every agent but `lost` ones (agents known dead) to leave before the store can go down.
+  void leave(std::chrono::milliseconds timeout, int lost = 0);
 
  private:
   void host_or_connect();

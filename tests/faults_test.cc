@@ -15,13 +15,17 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "tests/process_harness.h"
 
 namespace {
 
@@ -81,29 +85,18 @@ struct JobRun {
   std::vector<int> left_behind;
 };
 
-JobRun run_case(const std::string& mode) {
-  static std::atomic<int> n{0};
-  const std::string marker = fmt::format("faults-test-{}-{}", ::getpid(), n++);
-  const fs::path dir = fs::temp_directory_path() / marker;
-  fs::create_directories(dir);
-  const fs::path out = dir / "meshrun.out", err = dir / "meshrun.err";
-  std::vector<std::string> argv = {MESHRT_MESHRUN,
-                                   "--standalone",
-                                   "--nproc-per-node",
-                                   "4",
-                                   "--log-dir",
-                                   (dir / "logs").string(),
-                                   "--tee",
-                                   "3",
-                                   MESHRT_FAULT_WORKER,
-                                   mode,
-                                   marker};
-  const auto start = Clock::now();
+// Starts meshrun with `args` (output to `dir`/meshrun<tag>.{out,err}) and the test's variables.
+pid_t start_meshrun(const std::vector<std::string>& args, const fs::path& dir,
+                    const std::string& tag = "",
+                    std::chrono::milliseconds op_timeout = kOpTimeout) {
+  std::vector<std::string> argv = {MESHRT_MESHRUN};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const fs::path out = dir / ("meshrun" + tag + ".out"), err = dir / ("meshrun" + tag + ".err");
   const pid_t pid = ::fork();
   if (pid == 0) {
     std::freopen(out.c_str(), "w", stdout);
     std::freopen(err.c_str(), "w", stderr);
-    ::setenv("MESHRT_TIMEOUT_MS", std::to_string(kOpTimeout.count() * 1000).c_str(), 1);
+    ::setenv("MESHRT_TIMEOUT_MS", std::to_string(op_timeout.count()).c_str(), 1);
     ::setenv("MESHRT_INIT_TIMEOUT_MS", "30000", 1);
     ::setenv("MESHRT_MESHTRACE", MESHRT_MESHTRACE, 1);
     ::setenv("MESHRT_STALL_S", "0", 1);  // The live monitor is not under test here.
@@ -113,14 +106,15 @@ JobRun run_case(const std::string& mode) {
     ::execv(a[0], a.data());
     _exit(127);
   }
-  JobRun run;
-  std::optional<Clock::time_point> fault_at;
+  return pid;
+}
+
+// Waits for `pid` up to `limit` (then SIGKILLs it); returns its exit code, -1 for a signal.
+int wait_exit(pid_t pid, Clock::duration limit, const std::function<void()>& meanwhile = {}) {
   int status = 0;
-  const auto deadline = start + 60s;
+  const auto deadline = Clock::now() + limit;
   while (::waitpid(pid, &status, WNOHANG) == 0) {
-    if (!fault_at && read_all(out).find("[rank3]: step 3") != std::string::npos) {
-      fault_at = Clock::now();
-    }
+    if (meanwhile) meanwhile();
     if (Clock::now() > deadline) {
       ::kill(pid, SIGKILL);
       ::waitpid(pid, &status, 0);
@@ -128,13 +122,41 @@ JobRun run_case(const std::string& mode) {
     }
     std::this_thread::sleep_for(20ms);
   }
-  if (fault_at) run.fault_to_end = Clock::now() - *fault_at;
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  run.err = read_all(err);
-  run.attempt_dir = dir / "logs" / "attempt_0";
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::string new_marker() {
+  static std::atomic<int> n{0};
+  return fmt::format("faults-test-{}-{}", ::getpid(), n++);
+}
+
+// The processes carrying `marker`, SIGKILLed (so that a failure leaks nothing into other tests).
+std::vector<int> reap_left_behind(const std::string& marker) {
   std::this_thread::sleep_for(200ms);
-  run.left_behind = processes_with(marker);
-  for (const int p : run.left_behind) ::kill(p, SIGKILL);
+  std::vector<int> left = processes_with(marker);
+  for (const int p : left) ::kill(p, SIGKILL);
+  return left;
+}
+
+JobRun run_case(const std::string& mode) {
+  const std::string marker = new_marker();
+  const fs::path dir = fs::temp_directory_path() / marker;
+  fs::create_directories(dir);
+  const pid_t pid =
+      start_meshrun({"--standalone", "--nproc-per-node", "4", "--log-dir", (dir / "logs").string(),
+                     "--tee", "3", MESHRT_FAULT_WORKER, mode, marker},
+                    dir);
+  JobRun run;
+  std::optional<Clock::time_point> fault_at;
+  run.exit_code = wait_exit(pid, 60s, [&] {
+    if (!fault_at && read_all(dir / "meshrun.out").find("[rank3]: step 3") != std::string::npos) {
+      fault_at = Clock::now();
+    }
+  });
+  if (fault_at) run.fault_to_end = Clock::now() - *fault_at;
+  run.err = read_all(dir / "meshrun.err");
+  run.attempt_dir = dir / "logs" / "attempt_0";
+  run.left_behind = reap_left_behind(marker);
   return run;
 }
 
@@ -176,5 +198,64 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"sizes", {3}, kAll, "rank "}, Case{"p2p", {2}, kAll, "rank "},
                       Case{"segv", {3}, kAll, "rank 3 (node 0"}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.mode; });
+
+// (g) Two agents on loopback; node 1's agent is killed with SIGKILL while rank 3 (node 1) sits in
+// user code and ranks 0-2 wait for it. Node 0 sees node 1's heartbeat stop (3 s), has its own
+// ranks dump, counts node 1's ranks as lost and ends the job, well before the ranks' 30 s op
+// timeout would have.
+TEST(Faults, KilledAgentOfNodeOneEndsTheJobWithNodeZerosDumps) {
+  const std::string marker = new_marker();
+  const fs::path dir = fs::temp_directory_path() / marker;
+  fs::create_directories(dir);
+  const std::string endpoint = fmt::format("127.0.0.1:{}", meshrt::testing::free_port());
+  auto args = [&](int node) {
+    return std::vector<std::string>{"--nnodes",
+                                    "2",
+                                    "--nproc-per-node",
+                                    "2",
+                                    "--node-rank",
+                                    std::to_string(node),
+                                    "--rdzv-endpoint",
+                                    endpoint,
+                                    "--rdzv-id",
+                                    marker,
+                                    "--rdzv-timeout",
+                                    "30",
+                                    "--log-dir",
+                                    (dir / fmt::format("n{}", node)).string(),
+                                    MESHRT_FAULT_WORKER,
+                                    "user_hang",
+                                    marker};
+  };
+  const pid_t node0 = start_meshrun(args(0), dir, "0", 30s);
+  const pid_t node1 = start_meshrun(args(1), dir, "1", 30s);
+  const fs::path rank3_log = dir / "n1" / "attempt_0" / "rank_3.log";
+  const auto deadline = Clock::now() + 30s;
+  while (read_all(rank3_log).find("step 3") == std::string::npos && Clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_NE(read_all(rank3_log).find("step 3"), std::string::npos)
+      << read_all(dir / "meshrun0.err");
+  std::this_thread::sleep_for(300ms);  // Ranks 0-2 are in their step-3 collectives.
+  ::kill(node1, SIGKILL);
+  const auto killed_at = Clock::now();
+  EXPECT_EQ(wait_exit(node1, 10s), -1);
+  const int code = wait_exit(node0, 60s);
+  const auto kill_to_end = Clock::now() - killed_at;
+  std::printf("killed agent: kill to job end %.1f s\n",
+              std::chrono::duration<double>(kill_to_end).count());
+  const std::string err = read_all(dir / "meshrun0.err");
+  EXPECT_EQ(code, 1) << err;
+  EXPECT_LE(kill_to_end, 3s + 5s) << err;
+  EXPECT_NE(err.find("first failure: node 1 (host "), std::string::npos) << err;
+  EXPECT_NE(err.find("stopped answering"), std::string::npos) << err;
+  for (int r : {0, 1}) {
+    const auto dump = nlohmann::json::parse(
+        read_all(dir / "n0" / "attempt_0" / fmt::format("fr_trace_{}", r)), nullptr, false);
+    EXPECT_FALSE(dump.is_discarded()) << "rank " << r << "'s dump\n" << err;
+  }
+  EXPECT_EQ(root_culprits(err), (std::set<int>{2, 3})) << err;
+  EXPECT_EQ(reap_left_behind(marker), std::vector<int>{});
+}
 
 }  // namespace
