@@ -11,6 +11,7 @@
 #include "runtime/backend_factory.h"
 #include "runtime/debug_stats.h"
 #include "runtime/error.h"
+#include "runtime/fatal_signal.h"
 #include "runtime/nan_check.h"
 #include "runtime/validation.h"
 #include "runtime/watchdog.h"
@@ -573,6 +574,7 @@ void Communicator::start_queued_elsewhere() const {
 
 void Communicator::worker_loop() {
   set_log_thread_rank(global_rank());
+  use_signal_stack_on_this_thread();
   for (;;) {
     Task task;
     {

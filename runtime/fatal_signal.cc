@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <memory>
 #include <mutex>
 
 #include "trace/flight_recorder.h"
@@ -91,21 +92,37 @@ void on_fatal_signal(int sig, siginfo_t*, void*) {
 
 }  // namespace
 
+void use_signal_stack_on_this_thread() {
+  // A stack overflow's SIGSEGV finds no stack left to run a handler on. The cloned child writes
+  // the dump on its copy of this memory, so the stack must stay mapped until the thread ends.
+  struct SignalStack {
+    std::unique_ptr<char[]> memory;
+    ~SignalStack() {
+      if (!memory) return;
+      stack_t off{};
+      off.ss_flags = SS_DISABLE;
+      ::sigaltstack(&off, nullptr);
+    }
+  };
+  thread_local SignalStack stack;
+  stack_t current{};
+  if (stack.memory || ::sigaltstack(nullptr, &current) != 0 ||
+      (current.ss_flags & SS_DISABLE) == 0) {
+    return;
+  }
+  constexpr size_t kBytes = 256 * 1024;
+  stack.memory = std::make_unique<char[]>(kBytes);
+  stack_t ss{};
+  ss.ss_sp = stack.memory.get();
+  ss.ss_size = kBytes;
+  if (::sigaltstack(&ss, nullptr) != 0) stack.memory.reset();
+}
+
 void install_fatal_signal_dump(int rank) {
   dump_rank.store(rank);
+  use_signal_stack_on_this_thread();
   static std::once_flag once;
   std::call_once(once, [] {
-    // A stack overflow's SIGSEGV finds no stack left to run a handler on: give the thread that
-    // calls init() (the program's main thread, as a rule) a stack of its own for signals, unless
-    // it has one. Static: nothing to free, and the cloned child writes the dump on its copy.
-    alignas(16) static char signal_stack[256 * 1024];
-    stack_t current{};
-    if (::sigaltstack(nullptr, &current) == 0 && (current.ss_flags & SS_DISABLE) != 0) {
-      stack_t ss{};
-      ss.ss_sp = signal_stack;
-      ss.ss_size = sizeof(signal_stack);
-      ::sigaltstack(&ss, nullptr);
-    }
     for (int sig : kFatalSignals) {
       struct sigaction current {};
       if (::sigaction(sig, nullptr, &current) != 0 || current.sa_handler != SIG_DFL ||

@@ -9,4 +9,9 @@ namespace meshrt {
 // update the rank.
 void install_fatal_signal_dump(int rank);
 
+// Gives the calling thread a signal stack of its own (256 KiB, freed when the thread ends) unless
+// it has one, so that a stack overflow's SIGSEGV on it still runs the dump. meshrt's own threads
+// (watchdog, communicator workers) call it when they start; init() does it for its caller.
+void use_signal_stack_on_this_thread();
+
 }  // namespace meshrt

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "runtime/fatal_signal.h"
 #include "runtime/store/dump_keys.h"
 #include "trace/env.h"
 #include "trace/logging.h"
@@ -153,6 +154,7 @@ void Watchdog::start_threads() {
 }
 
 void Watchdog::loop() {
+  use_signal_stack_on_this_thread();
   auto next_signal_poll = std::chrono::steady_clock::now();
   for (;;) {
     std::this_thread::sleep_for(options_.poll);
@@ -173,6 +175,7 @@ void Watchdog::loop() {
 }
 
 void Watchdog::monitor_loop() {
+  use_signal_stack_on_this_thread();
   uint64_t last = heartbeat_.load();
   auto last_change = std::chrono::steady_clock::now();
   for (;;) {

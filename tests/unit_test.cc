@@ -2,15 +2,18 @@
 // hook, and reading the launcher environment.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <mutex>
+#include <thread>
 
 #include "mesh/meshrt.h"
 #include "meshrt_config.h"
 #include "runtime/backends/gloo/gloo_signature.h"
+#include "runtime/fatal_signal.h"
 #include "runtime/validation.h"
 #include "trace/bandwidth.h"
 #include "trace/env.h"
@@ -764,6 +767,31 @@ TEST(Init, SingleRankWorldOverGloo) {
   std::vector<double> x{1.5, 2.5};
   world->all_reduce(view(x), ReduceOp::kAvg)->wait();
   EXPECT_EQ(x, (std::vector<double>{1.5, 2.5}));
+}
+
+}  // namespace
+}  // namespace meshrt
+
+namespace meshrt {
+namespace {
+
+// meshrt's threads get a signal stack of their own, so a stack overflow on one still dumps; it
+// goes away with the thread.
+TEST(FatalSignal, ThreadsGetTheirOwnSignalStack) {
+  stack_t seen{};
+  std::thread([&] {
+    stack_t before{};
+    ::sigaltstack(nullptr, &before);
+    EXPECT_NE(before.ss_flags & SS_DISABLE, 0);  // A new thread has none.
+    use_signal_stack_on_this_thread();
+    ::sigaltstack(nullptr, &seen);
+    use_signal_stack_on_this_thread();  // Once is enough: the same stack stays.
+    stack_t again{};
+    ::sigaltstack(nullptr, &again);
+    EXPECT_EQ(again.ss_sp, seen.ss_sp);
+  }).join();
+  EXPECT_EQ(seen.ss_flags & SS_DISABLE, 0);
+  EXPECT_GE(seen.ss_size, size_t{256} * 1024);
 }
 
 }  // namespace
