@@ -165,6 +165,7 @@ struct Case {
   std::set<int> culprits;     // meshtrace's root causes.
   std::set<int> dumps;        // Ranks whose dump must exist.
   std::string first_failure;  // In the summary's "first failure:" line.
+  std::string culprit_stack;  // In the verdict: the culprit's main-thread stack ("": not checked).
 };
 
 class Faults : public ::testing::TestWithParam<Case> {};
@@ -184,6 +185,7 @@ TEST_P(Faults, EndInTimeWithDumpsTheCulpritAndNoProcessLeft) {
   }
   EXPECT_NE(run.err.find("first failure: " + c.first_failure), std::string::npos) << run.err;
   EXPECT_EQ(root_culprits(run.err), c.culprits) << run.err;
+  EXPECT_NE(run.err.find(c.culprit_stack), std::string::npos) << run.err;
   EXPECT_EQ(run.left_behind, std::vector<int>{});
 }
 
@@ -192,11 +194,12 @@ const std::set<int> kSurvivors = {0, 1, 2};
 
 INSTANTIATE_TEST_SUITE_P(
     Matrix, Faults,
-    ::testing::Values(Case{"kill9", {3}, kSurvivors, "rank 3 (node 0"},
-                      Case{"user_hang", {3}, kAll, "rank "},
-                      Case{"exit0", {3}, kSurvivors, "rank "}, Case{"wrong_op", {3}, kAll, "rank "},
-                      Case{"sizes", {3}, kAll, "rank "}, Case{"p2p", {2}, kAll, "rank "},
-                      Case{"segv", {3}, kAll, "rank 3 (node 0"}),
+    ::testing::Values(
+        Case{"kill9", {3}, kSurvivors, "rank 3 (node 0", ""},
+        Case{"user_hang", {3}, kAll, "rank ", "rank 3 main thread: run_rank (fault_worker.cc:"},
+        Case{"exit0", {3}, kSurvivors, "rank ", ""}, Case{"wrong_op", {3}, kAll, "rank ", ""},
+        Case{"sizes", {3}, kAll, "rank ", ""}, Case{"p2p", {2}, kAll, "rank ", ""},
+        Case{"segv", {3}, kAll, "rank 3 (node 0", ""}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.mode; });
 
 // (g) Two agents on loopback; node 1's agent is killed with SIGKILL while rank 3 (node 1) sits in

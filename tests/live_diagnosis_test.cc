@@ -159,6 +159,9 @@ TEST_F(LiveDiagnosis, RankStuckInUserCode) {
                                "code for "),
             std::string::npos)
       << seen_.verdict;
+  // And where: its main thread's stack from the snapshot (examples/stall.cc:40 sleeps).
+  EXPECT_NE(seen_.verdict.find(", at run_rank (stall.cc:40) <- main (stall.cc:"), std::string::npos)
+      << seen_.verdict;
 }
 
 TEST_F(LiveDiagnosis, RankSkipsACollective) {

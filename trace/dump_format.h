@@ -35,6 +35,10 @@ inline constexpr std::string_view kRecordsDropped = "records_dropped";
 inline constexpr std::string_view kMeshDims = "mesh_dims";
 inline constexpr std::string_view kPgConfig = "pg_config";
 inline constexpr std::string_view kPgStatus = "pg_status";
+// meshrt's: every thread's stack at the dump (trace/thread_stacks.h), [{tid, name, main,
+// answered, frames: [{function, file, line}]}]; absent from crash dumps (written by a child that
+// has one thread).
+inline constexpr std::string_view kMeshrtThreads = "meshrt_threads";
 inline constexpr std::string_view kEntries = "entries";
 
 // `trigger` (with kRank): the op that caused the dump.

@@ -19,6 +19,7 @@
 #include "trace/logging.h"
 #include "trace/pickle_writer.h"
 #include "trace/spin_lock.h"
+#include "trace/thread_stacks.h"
 
 namespace meshrt::trace {
 namespace {
@@ -456,6 +457,21 @@ std::string FlightRecorder::render(int rank, DumpFormat format, DumpReason reaso
   doc[fr::kMeshDims] = std::move(mesh_dims);
   doc[fr::kPgConfig] = std::move(pg_config);
   doc[fr::kPgStatus] = std::move(pg_status);
+  if (reason != DumpReason::kCrash) {
+    Json threads = Json::array();
+    for (const ThreadStack& t : capture_thread_stacks()) {
+      Json frames = Json::array();
+      for (const StackFrame& f : t.frames) {
+        frames.push_back({{"function", f.function}, {"file", f.file}, {"line", f.line}});
+      }
+      threads.push_back({{"tid", t.tid},
+                         {"name", t.name},
+                         {"main", t.main},
+                         {"answered", t.answered},
+                         {"frames", std::move(frames)}});
+    }
+    doc[fr::kMeshrtThreads] = std::move(threads);
+  }
   Json entries = Json::array();
   for (const auto& r : recs) add_entries(entries, r);
 

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -97,6 +98,8 @@ struct Report {
   std::vector<int> ranks;           // Ranks whose dumps were read.
   int64_t collectives_checked = 0;  // (group, seq) collectives plus p2p channel ops examined.
   std::vector<Finding> findings;    // Root causes first, then consequences.
+  // Each rank's main-thread stack at its dump, where the dump carried one (meshrt_threads).
+  std::map<int, std::string> main_stacks;
 };
 
 // How to find and judge the dumps.

@@ -168,6 +168,8 @@ class DumpParser {
         has_pg_config = true;
       } else if (is(key, fr::kEntries)) {
         parse_entries();
+      } else if (is(key, fr::kMeshrtThreads) && cur_.peek() == JsonKind::kArray) {
+        parse_threads();
       } else {
         cur_.skip_value();
       }
@@ -230,6 +232,58 @@ class DumpParser {
   std::optional<std::string> read_optional_string() {
     if (cur_.read_null()) return std::nullopt;
     return std::string(cur_.read_string());
+  }
+
+  // meshrt_threads: only the main thread's frames are kept, formatted, a bounded number of
+  // bounded strings (the dump is untrusted).
+  void parse_threads() {
+    constexpr size_t kMaxFrames = 8;
+    constexpr size_t kMaxText = 200;
+    std::string_view key;
+    cur_.begin_array();
+    while (cur_.next_element()) {
+      if (cur_.peek() != JsonKind::kObject) {
+        cur_.skip_value();
+        continue;
+      }
+      bool main = false;
+      std::vector<std::string> frames;
+      cur_.begin_object();
+      while (cur_.next_key(key)) {
+        if (key == "main" && cur_.peek() == JsonKind::kBool) {
+          main = cur_.read_bool();
+        } else if (key == "frames" && cur_.peek() == JsonKind::kArray) {
+          cur_.begin_array();
+          while (cur_.next_element()) {
+            if (cur_.peek() != JsonKind::kObject) {
+              cur_.skip_value();
+              continue;
+            }
+            std::string_view function, file;
+            int64_t line = 0;
+            cur_.begin_object();
+            while (cur_.next_key(key)) {
+              if (key == "function" && cur_.peek() == JsonKind::kString) {
+                function = cur_.read_string().substr(0, kMaxText);
+              } else if (key == "file" && cur_.peek() == JsonKind::kString) {
+                file = cur_.read_string().substr(0, kMaxText);
+              } else if (key == "line" && cur_.peek() == JsonKind::kNumber) {
+                line = cur_.read_int();
+              } else {
+                cur_.skip_value();
+              }
+            }
+            if (frames.size() == kMaxFrames) continue;
+            file = file.substr(file.rfind('/') + 1);
+            frames.push_back(line > 0 ? fmt::format("{} ({}:{})", function, file, line)
+                                      : std::string(function.empty() ? "??" : function));
+          }
+        } else {
+          cur_.skip_value();
+        }
+      }
+      if (main) dump_.main_stack = fmt::format("{}", fmt::join(frames, " <- "));
+    }
   }
 
   void parse_pg_config() {

@@ -77,6 +77,9 @@ struct RankDump {
   std::vector<std::string> symbols;  // symbols[0] is "".
   std::vector<int64_t> pool;
   std::vector<DumpEntry> entries;  // Oldest first.
+  // The main thread's stack from meshrt's `meshrt_threads`, formatted for a verdict
+  // ("run_rank (train.cc:88) <- main (train.cc:120)", at most 8 frames); empty when absent.
+  std::string main_stack;
 
   std::span<const int64_t> span(PoolSpan s) const { return {pool.data() + s.offset, s.size}; }
   // The ring dropped records: entries older than the first one were lost.

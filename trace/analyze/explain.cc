@@ -534,7 +534,10 @@ class Explainer {
 
   Report report() {
     Report out;
-    for (const RankDump& d : m_.dumps) out.ranks.push_back(d.rank);
+    for (const RankDump& d : m_.dumps) {
+      out.ranks.push_back(d.rank);
+      if (!d.main_stack.empty()) out.main_stacks[d.rank] = d.main_stack;
+    }
     out.collectives_checked = m_.checked;
     std::vector<Draft>& drafts = m_.drafts;
     std::vector<size_t> order(drafts.size());

@@ -227,6 +227,12 @@ std::string format_text(const Report& report) {
     out += fmt::format("  [{}] {}: {}\n", finding_kind_name(f.kind), where, f.detail);
     if (!f.culprit_ranks.empty()) {
       out += fmt::format("      culprit {}\n", ranks_phrase(f.culprit_ranks));
+      // Where a root cause's culprit was when it dumped: a rank stuck in its own code shows it.
+      for (const int r : f.root ? f.culprit_ranks : std::vector<int>{}) {
+        if (const auto it = report.main_stacks.find(r); it != report.main_stacks.end()) {
+          out += fmt::format("      rank {} main thread: {}\n", r, it->second);
+        }
+      }
     }
     if (f.divergence && !f.divergence->sides.empty()) {
       out += fmt::format("      diverged: {}\n", divergence_text(*f.divergence));
@@ -238,6 +244,9 @@ std::string format_text(const Report& report) {
 std::string format_json(const Report& report) {
   Json out;
   out["ranks"] = report.ranks;
+  Json stacks = Json::object();
+  for (const auto& [rank, stack] : report.main_stacks) stacks[std::to_string(rank)] = stack;
+  out["main_stacks"] = std::move(stacks);
   out["collectives_checked"] = report.collectives_checked;
   out["findings"] = Json::array();
   for (const Finding& f : report.findings) {

@@ -170,6 +170,10 @@ std::string live_verdict(std::vector<RankDump> dumps, const std::vector<RankProg
       if (!last.empty() && !doing.empty()) line += " and";
       if (!doing.empty()) line += " " + doing;
     }
+    // Where its main thread is (issue #15's "at train.cc:88 step() <- main()").
+    for (const RankDump& d : dumps) {
+      if (d.rank == c && !d.main_stack.empty()) line += fmt::format(", at {}", d.main_stack);
+    }
   }
   return line;
 }
