@@ -17,6 +17,7 @@
 #include "launcher/post_mortem.h"
 #include "launcher/signals.h"
 #include "launcher/summary.h"
+#include "launcher/unique_fd.h"
 #include "runtime/error.h"
 #include "runtime/store/dump_keys.h"
 #include "runtime/store/live_keys.h"
@@ -48,6 +49,10 @@ bool ranks_run_meshrt(Store& job, int world_size) {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
+// How long ranks asked through their dump pipes get (node 0's store lost), at most.
+constexpr milliseconds kPipeDumpWait{5000};
+// How often their dump files are looked for.
+constexpr milliseconds kDumpPoll{50};
 // Store waits are cut in slices this long so that signals and the children stay watched.
 constexpr milliseconds kPollSlice{200};
 // How long the ranks' output may go on after they ended (a helper holding the pipe).
@@ -108,6 +113,13 @@ std::string Agent::dump_prefix(int attempt) const {
   return user_dump_prefix_.value_or(attempt_dir(attempt) + "/fr_trace_");
 }
 
+std::string Agent::dump_pipe_stem(int attempt) const {
+  for (const char* name : {"MESHRT_DUMP_PIPE", "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"}) {
+    if (const char* v = std::getenv(name); v != nullptr && *v != '\0') return v;
+  }
+  return attempt_dir(attempt) + "/dump_pipe_";
+}
+
 std::string Agent::error_file(int attempt, int rank) const {
   return fmt::format("{}/error_{}.json", attempt_dir(attempt), rank);
 }
@@ -144,6 +156,7 @@ std::vector<std::string> Agent::child_env(int rank, int local_rank, int attempt)
       {"MESHRT_LAUNCHER", "meshrun"},
       {"MESHRT_LOG_DIR", run_dir_},
       {"MESHRT_DUMP_PREFIX", dump_prefix(attempt)},
+      {"MESHRT_DUMP_PIPE", dump_pipe_stem(attempt)},
   };
   // The secret reaches the ranks only through their environment (readable by this user alone).
   if (!store_token_.empty()) vars.emplace_back(kStoreTokenEnv, store_token_);
@@ -340,7 +353,12 @@ AttemptOutcome Agent::run_attempt(int attempt) {
           rendezvous_->world_size(), attempt_dir(attempt) + "/live",
           find_meshtrace(executable_dir()), [](const std::string& line) { say("{}", line); });
     }
-    monitor(attempt, ranks, job);
+    try {
+      monitor(attempt, ranks, job);
+    } catch (const Error&) {
+      dump_through_pipes(attempt, ranks);
+      throw;
+    }
   }
   output.finish(kOutputDrain);
 
@@ -527,6 +545,28 @@ void Agent::monitor(int attempt, std::vector<LocalRank>& ranks, Store& job) {
     std::this_thread::sleep_for(stopping ? std::min(options_.monitor_interval, kStoppingPoll)
                                          : options_.monitor_interval);
   }
+}
+
+void Agent::dump_through_pipes(int attempt, const std::vector<LocalRank>& ranks) {
+  std::vector<int> asked;
+  for (const LocalRank& r : ranks) {
+    if (r.ended) continue;
+    // The rank's watchdog made the FIFO; writing never blocks (the rank holds it open).
+    const std::string pipe = dump_pipe_stem(attempt) + std::to_string(r.status.rank) + ".pipe";
+    UniqueFd fd(::open(pipe.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC));
+    if (fd && ::write(fd.get(), "d", 1) == 1) asked.push_back(r.status.rank);
+  }
+  if (asked.empty()) return;
+  say("lost node 0's store: asking ranks {} to dump through their pipes", fmt::join(asked, ", "));
+  const auto deadline = Clock::now() + std::min<milliseconds>(options_.dump_timeout, kPipeDumpWait);
+  auto dumped = [&] {
+    return std::all_of(asked.begin(), asked.end(), [&](int rank) {
+      return std::filesystem::exists(dump_prefix(attempt) + std::to_string(rank));
+    });
+  };
+  while (!dumped() && Clock::now() < deadline) std::this_thread::sleep_for(kDumpPoll);
+  say("flight recorder: {} in {}<rank> (node 0 cannot gather them)",
+      dumped() ? "dumps written" : "not every asked rank dumped", dump_prefix(attempt));
 }
 
 AttemptOutcome Agent::gather_outcome(int attempt, const std::vector<RankStatus>& mine) {

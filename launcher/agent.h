@@ -36,6 +36,9 @@ class Agent {
   AttemptOutcome run_attempt(int attempt);
   // Watches this node's ranks until every one has ended, stopping them when needed.
   void monitor(int attempt, std::vector<LocalRank>& ranks, Store& job);
+  // Node 0's store is gone, and with it the ranks' dump signal: asks each running local rank to
+  // dump through its FIFO (MESHRT_DUMP_PIPE) and waits, bounded, for their files.
+  void dump_through_pipes(int attempt, const std::vector<LocalRank>& ranks);
   // Publishes this node's statuses and waits for every node's.
   AttemptOutcome gather_outcome(int attempt, const std::vector<RankStatus>& mine);
   // Sets the attempt's failure unless another one came first.
@@ -54,6 +57,9 @@ class Agent {
   std::vector<std::string> child_env(int rank, int local_rank, int attempt) const;
   std::string attempt_dir(int attempt) const;
   std::string dump_prefix(int attempt) const;
+  // The ranks' dump FIFOs: `<stem><rank>.pipe` (the user's MESHRT_DUMP_PIPE, else in the attempt
+  // directory).
+  std::string dump_pipe_stem(int attempt) const;
   // The rank's TORCHELASTIC_ERROR_FILE in `attempt`.
   std::string error_file(int attempt, int rank) const;
   // True when --log-dir, --redirects or --tee sends some rank's stream to its log file.
