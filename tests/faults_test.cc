@@ -3,7 +3,6 @@
 // op timeout + 5 s of the fault, every surviving rank (and a crashed one, through its signal
 // handler) leaves a dump, meshrun's summary names the first failure, meshtrace's root causes
 // name the culprit and no other rank, and no process is left behind.
-#include <dirent.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -29,6 +28,8 @@
 
 namespace {
 
+using meshrt::testing::processes_with;
+
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
@@ -40,20 +41,6 @@ std::string read_all(const fs::path& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
-}
-
-// Pids of live processes whose command line contains `marker`.
-std::vector<int> processes_with(const std::string& marker) {
-  std::vector<int> pids;
-  DIR* proc = ::opendir("/proc");
-  while (dirent* e = ::readdir(proc)) {
-    const int pid = std::atoi(e->d_name);
-    if (pid <= 0 || pid == ::getpid()) continue;
-    std::string cmdline = read_all(fmt::format("/proc/{}/cmdline", pid));
-    if (cmdline.find(marker) != std::string::npos) pids.push_back(pid);
-  }
-  ::closedir(proc);
-  return pids;
 }
 
 // The culprit ranks of meshtrace's root causes in meshrun's summary ("culprit rank 3" lines

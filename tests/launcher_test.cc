@@ -2,7 +2,6 @@
 // loopback; the tests check exit statuses, the ranks' output and environment, the summary, the
 // gathered dumps, and that no process is left behind. Unit tests cover the command line (every
 // torchrun form), the meshtrace lookup, error files and the output prefixing rule.
-#include <dirent.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -40,6 +39,8 @@
 
 namespace meshrt::testing {
 namespace {
+
+using meshrt::testing::processes_with;
 
 // meshrun recognises the watchdog's exit status without including the runtime's watchdog.
 static_assert(launcher::kWatchdogExitCode == meshrt::kWatchdogExitCode);
@@ -86,19 +87,6 @@ class TempDir {
 std::string unique_marker() {
   static std::atomic<int> n{0};
   return fmt::format("marker=launcher-test-{}-{}", ::getpid(), n++);
-}
-
-// Pids of live processes whose command line contains `marker` (zombies have none).
-std::vector<int> processes_with(const std::string& marker) {
-  std::vector<int> pids;
-  DIR* proc = ::opendir("/proc");
-  while (dirent* e = ::readdir(proc)) {
-    const int pid = std::atoi(e->d_name);
-    if (pid <= 0 || pid == ::getpid()) continue;
-    if (contains(read_all(fmt::format("/proc/{}/cmdline", pid)), marker)) pids.push_back(pid);
-  }
-  ::closedir(proc);
-  return pids;
 }
 
 // Waits up to `limit` for every process carrying `marker` to be gone; returns the survivors.

@@ -1,6 +1,7 @@
 #include "tests/process_harness.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -112,6 +113,22 @@ std::string describe(const std::vector<RankResult>& results) {
            " signal " + std::to_string(results[r].signal) + "\n" + results[r].output;
   }
   return out;
+}
+
+std::vector<int> processes_with(const std::string& marker) {
+  std::vector<int> pids;
+  DIR* proc = ::opendir("/proc");
+  if (proc == nullptr) return pids;
+  while (dirent* e = ::readdir(proc)) {
+    const int pid = std::atoi(e->d_name);
+    if (pid <= 0 || pid == ::getpid()) continue;
+    std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
+    const std::string cmdline((std::istreambuf_iterator<char>(in)),
+                              std::istreambuf_iterator<char>());
+    if (cmdline.find(marker) != std::string::npos) pids.push_back(pid);
+  }
+  ::closedir(proc);
+  return pids;
 }
 
 }  // namespace meshrt::testing

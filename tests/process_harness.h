@@ -19,6 +19,10 @@ struct RankResult {
 // A free TCP port on 127.0.0.1 (bound once, then released).
 int free_port();
 
+// Pids of live processes (not this one) whose command line contains `marker`; zombies have none.
+// Tests pass a unique marker argument to the processes they start, to find any left behind.
+std::vector<int> processes_with(const std::string& marker);
+
 // Runs `argv` as `world_size` processes with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
 // MASTER_ADDR=127.0.0.1 and a free MASTER_PORT, plus `extra_env`. Kills every process still
 // running after `limit` (SIGKILL) and reports it as signal 9.
