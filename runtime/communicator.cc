@@ -38,7 +38,6 @@ QueuedRegistry& queued_registry() {
   return registry;
 }
 
-// How a Work of a backend with `model` reaches its op.
 // Adds one to a counter that only the holder of the numbering lock writes (others read it
 // without a lock): a load and a store, no atomic read-modify-write. Returns the new value.
 uint64_t bump(std::atomic<uint64_t>& counter) {
@@ -47,6 +46,7 @@ uint64_t bump(std::atomic<uint64_t>& counter) {
   return next;
 }
 
+// How a Work of a backend with `model` reaches its op.
 WorkPath work_path(ExecutionModel model) {
   switch (model) {
     case ExecutionModel::kRunToCompletion:
