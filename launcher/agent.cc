@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "launcher/output_prefixer.h"
 #include "launcher/post_mortem.h"
 #include "launcher/signals.h"
+#include "launcher/status_server.h"
 #include "launcher/summary.h"
 #include "launcher/unique_fd.h"
 #include "runtime/error.h"
@@ -256,6 +258,7 @@ int Agent::run_job() {
           "anyone who reaches it can stop the job; set {} to the same secret on every node",
           rendezvous_->store_host(), rendezvous_->store_port(), kStoreTokenEnv);
     }
+    if (rendezvous_->node_rank() == 0) start_status_server();
 
     for (int attempt = 0;; ++attempt) {
       outcome = run_attempt(attempt);
@@ -293,6 +296,30 @@ int Agent::run_job() {
     return 128 + outcome.failure->interrupt_signal;
   }
   return 1;
+}
+
+void Agent::start_status_server() {
+  board_ = std::make_unique<LiveBoard>(options_.run_id,
+                                       live_monitor_options_from_env().stall.count() / 1000);
+  if (!options_.status_port) return;
+  StatusServerOptions so;
+  so.host = options_.status_host;
+  so.port = *options_.status_port;
+  try {
+    status_ = std::make_unique<StatusServer>(so, *board_);
+  } catch (const std::exception& e) {
+    say("{}; the job goes on without it", e.what());
+    return;
+  }
+  write_file(run_dir_ + "/status_url", status_->url() + "\n");
+  // Said at once to a person at a terminal; a job logging to files hears of it at its first stall.
+  if (::isatty(STDERR_FILENO) == 1) say_status_url();
+}
+
+void Agent::say_status_url() {
+  if (!status_ || status_url_said_.exchange(true)) return;
+  say("live status: {} (JSON: status.json; in a terminal: meshtrace live {})", status_->url(),
+      status_->url());
 }
 
 AttemptOutcome Agent::run_attempt(int attempt) {
@@ -347,11 +374,15 @@ AttemptOutcome Agent::run_attempt(int attempt) {
     std::unique_ptr<LiveMonitor> live;
     if (me.node_rank == 0) {
       live = std::make_unique<LiveMonitor>(
-          live_monitor_options_from_env(),
+          live_monitor_options_from_env(), *board_, attempt,
           std::make_shared<PrefixStore>(fmt::format("meshrt/{}/{}", options_.run_id, attempt),
                                         rendezvous_->client()),
           rendezvous_->world_size(), attempt_dir(attempt) + "/live",
-          find_meshtrace(executable_dir()), [](const std::string& line) { say("{}", line); });
+          find_meshtrace(executable_dir()), [this](const std::string& line) {
+            say("{}", line);
+            // The first stall is when the page is wanted: say where it is, if not said yet.
+            if (line.starts_with("stall ")) say_status_url();
+          });
     }
     try {
       monitor(attempt, ranks, job);

@@ -3,6 +3,7 @@
 // reports how it ended.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,6 +17,8 @@
 namespace meshrt::launcher {
 
 struct LocalRank;
+class LiveBoard;
+class StatusServer;
 
 // Runs one node's share of a job. Expects install_signal_handlers() to have run.
 class Agent {
@@ -34,6 +37,10 @@ class Agent {
   // Everything after the run directory exists: rendezvous, attempts, report.
   int run_job();
   AttemptOutcome run_attempt(int attempt);
+  // Node 0: the live board, and the status server showing it unless --status-port off.
+  void start_status_server();
+  // Prints where the status page is, once per job.
+  void say_status_url();
   // Watches this node's ranks until every one has ended, stopping them when needed.
   void monitor(int attempt, std::vector<LocalRank>& ranks, Store& job);
   // Node 0's store is gone, and with it the ranks' dump signal: asks each running local rank to
@@ -76,6 +83,9 @@ class Agent {
   std::unique_ptr<Rendezvous> rendezvous_;
   // The current attempt's liveness of the other nodes' agents (none for one node).
   std::unique_ptr<NodeHeartbeat> heartbeat_;
+  std::unique_ptr<LiveBoard> board_;      // Node 0 only; outlives each attempt's live monitor.
+  std::unique_ptr<StatusServer> status_;  // Declared after board_: stops serving before it goes.
+  std::atomic<bool> status_url_said_{false};
 };
 
 }  // namespace meshrt::launcher

@@ -16,12 +16,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-int64_t wall_now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 }  // namespace
 
 LiveMonitorOptions live_monitor_options_from_env() {
@@ -52,21 +46,24 @@ std::optional<LongestOp> longest_in_record(const std::string& record, int64_t no
   return longest;
 }
 
-LiveMonitor::LiveMonitor(LiveMonitorOptions options, std::shared_ptr<Store> job, int world_size,
-                         std::string dir, std::string meshtrace,
-                         std::function<void(const std::string&)> say)
+LiveMonitor::LiveMonitor(LiveMonitorOptions options, LiveBoard& board, int attempt,
+                         std::shared_ptr<Store> job, int world_size, std::string dir,
+                         std::string meshtrace, std::function<void(const std::string&)> say)
     : options_(options),
+      board_(board),
       job_(std::move(job)),
       world_size_(world_size),
       dir_(std::move(dir)),
       meshtrace_(std::move(meshtrace)),
       say_(std::move(say)) {
-  if (options_.stall.count() > 0) thread_ = std::thread([this] { loop(); });
+  board_.begin_attempt(attempt, world_size_, job_);
+  thread_ = std::thread([this] { loop(); });
 }
 
 LiveMonitor::~LiveMonitor() {
   stop_ = true;
-  if (thread_.joinable()) thread_.join();
+  thread_.join();
+  board_.end_attempt();
 }
 
 LongestOp LiveMonitor::read_progress(std::vector<std::string>* records,
@@ -93,25 +90,13 @@ std::string LiveMonitor::verdict(const LongestOp& stalled,
   const std::string fallback =
       fmt::format("stall {} s: {} {} #{} on rank {}", (stalled.running_ms + 500) / 1000,
                   stalled.group, stalled.op, stalled.seq, stalled.rank);
-  const int64_t request = job_->add(live_keys::kSnapshotRequest, 1);
-  const std::string dir = fmt::format("{}/{}", dir_, request);
+  const Snapshots snaps = board_.snapshots(options_.snapshot_wait);
+  const std::string dir = fmt::format("{}/{}", dir_, snaps.request);
   make_dirs(dir);
-  // Every rank's watchdog answers within its request poll (250 ms); a dead or wedged one never
-  // does, and the analyzer then reports what the others show.
-  std::vector<bool> got(world_size_, false);
-  int missing = world_size_;
-  const auto deadline = Clock::now() + options_.snapshot_wait;
-  while (missing > 0 && Clock::now() < deadline && !stop_) {
-    for (int r = 0; r < world_size_; ++r) {
-      const std::string k = live_keys::snapshot(request, r);
-      if (got[r] || !job_->check({&k, 1})) continue;
-      got[r] = true;
-      --missing;
-      trace::write_file_atomically(fmt::format("{}/fr_{}", dir, r),
-                                   to_string(job_->get(k, milliseconds(1000))));
-      job_->delete_key(k);
+  for (int r = 0; r < static_cast<int>(snaps.by_rank.size()); ++r) {
+    if (!snaps.by_rank[r].empty()) {
+      trace::write_file_atomically(fmt::format("{}/fr_{}", dir, r), snaps.by_rank[r]);
     }
-    if (missing > 0) std::this_thread::sleep_for(milliseconds(50));
   }
   for (int r = 0; r < world_size_; ++r) {
     if (!records[r].empty()) {
@@ -139,17 +124,24 @@ void LiveMonitor::loop() {
       std::vector<std::string> records;
       std::vector<LongestOp> per_rank;
       const LongestOp longest = read_progress(&records, &per_rank);
-      const bool over = longest.rank >= 0 && longest.running_ms >= options_.stall.count();
+      board_.set_progress(records);
+      const bool over = options_.stall.count() > 0 && longest.rank >= 0 &&
+                        longest.running_ms >= options_.stall.count();
       // The stall lasts while the op it was reported for still runs on its rank (other ranks'
       // ops of the same stall may be as old: the longest alone would flap between them).
       if (stalled && !per_rank[stalled->rank].same_op(*stalled)) {
-        say_(fmt::format("stall cleared: {} {} #{} on rank {} is no longer stuck", stalled->group,
-                         stalled->op, stalled->seq, stalled->rank));
+        const std::string line =
+            fmt::format("stall cleared: {} {} #{} on rank {} is no longer stuck", stalled->group,
+                        stalled->op, stalled->seq, stalled->rank);
+        say_(line);
+        board_.add_event(line, false);
         stalled.reset();
       }
       if (over && !stalled) {
         stalled = longest;
-        say_(verdict(longest, records));
+        const std::string line = verdict(longest, records);
+        say_(line);
+        board_.add_event(line, true);
       }
     } catch (const std::exception& e) {
       // The store is gone when the job ends; the monitor has nothing left to watch.

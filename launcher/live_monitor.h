@@ -1,5 +1,6 @@
 // The live monitor (docs/diagnosis.md): on node 0, while an attempt runs, it reads every rank's
-// progress record from the job's store each second; when an op has run longer than
+// progress record from the job's store each second and posts it on the live board (which the
+// status server shows); when an op has run longer than
 // MESHRT_STALL_S on some rank it asks every rank for a flight-recorder snapshot, writes the
 // snapshots and records to the attempt directory and has `meshtrace stall` (the analyzer's own
 // matching) print the verdict; it says so again when the stall clears. It only reads: the job
@@ -15,13 +16,14 @@
 #include <thread>
 #include <vector>
 
+#include "launcher/live_board.h"
 #include "runtime/store/store.h"
 
 namespace meshrt::launcher {
 
 // Settings of the live monitor.
 struct LiveMonitorOptions {
-  std::chrono::milliseconds stall{10000};  // MESHRT_STALL_S (seconds); 0 turns the monitor off.
+  std::chrono::milliseconds stall{10000};  // MESHRT_STALL_S (seconds); 0: no stall detection.
   std::chrono::milliseconds poll{1000};    // How often the progress records are read.
   std::chrono::milliseconds snapshot_wait{3000};  // Bound on the ranks' answers to a request.
   std::chrono::milliseconds meshtrace_timeout{20000};
@@ -46,13 +48,15 @@ struct LongestOp {
 // time advanced by the record's age; nullopt for text that is not a record.
 std::optional<LongestOp> longest_in_record(const std::string& record, int64_t now_wall_ns);
 
-// Watches one attempt from a thread of its own; stops when destroyed.
+// Watches one attempt from a thread of its own; stops when destroyed. The attempt is on `board`
+// from construction to destruction.
 class LiveMonitor {
  public:
   // `job`: the attempt's namespace of the store; `dir`: where snapshots go; `meshtrace`: the
   // binary (empty: the verdict is only the stalled op); `say` prints one line of meshrun's.
-  LiveMonitor(LiveMonitorOptions options, std::shared_ptr<Store> job, int world_size,
-              std::string dir, std::string meshtrace, std::function<void(const std::string&)> say);
+  LiveMonitor(LiveMonitorOptions options, LiveBoard& board, int attempt, std::shared_ptr<Store> job,
+              int world_size, std::string dir, std::string meshtrace,
+              std::function<void(const std::string&)> say);
   ~LiveMonitor();
 
   LiveMonitor(const LiveMonitor&) = delete;
@@ -67,6 +71,7 @@ class LiveMonitor {
   std::string verdict(const LongestOp& stalled, const std::vector<std::string>& records);
 
   LiveMonitorOptions options_;
+  LiveBoard& board_;
   std::shared_ptr<Store> job_;
   int world_size_;
   std::string dir_;

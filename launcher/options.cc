@@ -216,6 +216,7 @@ ParsedCommandLine parse(int argc, const char* const* argv) {
   std::string rdzv_backend = "c10d";
   std::string tee;
   std::string redirects;
+  std::string status_port;
   std::optional<std::string> run_id;
   double monitor_s = 0.1, rdzv_timeout_s = 300, grace_s = 5, dump_timeout_s = 10;
   bool module = false, no_python = false, run_path = false, version = false;
@@ -294,6 +295,12 @@ ParsedCommandLine parse(int argc, const char* const* argv) {
   app.add_option("--report", o.report_dir,
                  "write the ranks' comm summaries, straggler report, scope trees and Chrome "
                  "traces to DIR and, when the job ends, `meshtrace report DIR` (DIR/report.html)");
+  app.add_option("--status-port", status_port,
+                 "node 0 serves the live status page (HTML at /, JSON at /status.json) on this "
+                 "port: 0 (default) picks a free one, off serves none");
+  app.add_option("--status-host", o.status_host,
+                 "the address the status page binds (default 127.0.0.1); another one makes it "
+                 "reachable from other hosts, so the page then wants the token in its URL");
   app.add_flag("--version", version, "print meshrun's version and exit");
 
   const SplitCommandLine split =
@@ -332,6 +339,12 @@ ParsedCommandLine parse(int argc, const char* const* argv) {
   if (!redirects.empty()) o.redirects = parse_streams(redirects);
   if (!endpoint.empty()) parse_endpoint(endpoint, o);
   if (!master_port.empty()) o.rdzv_port = parse_port("--master-port", master_port);
+  if (status_port == "off") {
+    o.status_port.reset();
+  } else if (!status_port.empty()) {
+    o.status_port = parse_port("--status-port", status_port);
+  }
+  if (o.status_host.empty()) usage_error("--status-host: give an address");
   o.monitor_interval = to_ms(monitor_s);
   o.rdzv_timeout = to_ms(rdzv_timeout_s);
   o.grace_period = to_ms(grace_s);

@@ -53,6 +53,10 @@ struct LaunchOptions {
   std::string local_addr;                    // Advertised to the other nodes; empty: the host name.
   std::string local_iface;  // The interface holding local_addr: the ranks' Gloo interface.
   std::string report_dir;   // --report: the ranks' trace files and `meshtrace report`'s page.
+  // Node 0's live status page (launcher/status_server.h): its port (0: a free one; nullopt:
+  // none) and the address it binds (loopback unless asked).
+  std::optional<uint16_t> status_port = 0;
+  std::string status_host = "127.0.0.1";
   std::vector<std::string> command;  // What each rank execs: PROGRAM ARGS..., maybe after python.
 };
 

@@ -20,8 +20,8 @@
 #include <thread>
 #include <vector>
 
-#if !defined(MESHRT_MESHRUN) || !defined(MESHRT_STALL_EXAMPLE)
-#error "MESHRT_MESHRUN and MESHRT_STALL_EXAMPLE must name the binaries"
+#if !defined(MESHRT_MESHRUN) || !defined(MESHRT_STALL_EXAMPLE) || !defined(MESHRT_MESHTRACE)
+#error "MESHRT_MESHRUN, MESHRT_STALL_EXAMPLE and MESHRT_MESHTRACE must name the binaries"
 #endif
 
 namespace {
@@ -46,6 +46,17 @@ std::optional<std::string> line_with(const std::string& text, const std::string&
   const size_t begin = text.rfind('\n', at);
   const size_t b = begin == std::string::npos ? 0 : begin + 1;
   return text.substr(b, text.find('\n', at) - b);
+}
+
+// Runs `command` (bounded by its own `timeout`) and returns its stdout.
+std::string run_command(const std::string& command) {
+  std::string out;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return out;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
+  ::pclose(pipe);
+  return out;
 }
 
 // What one stalled job showed.
@@ -215,6 +226,57 @@ TEST_F(LiveDiagnosis, DumpOnStallDumpsEveryRankAndTheJobGoesOn) {
   expect_in_time(seen_);
   EXPECT_EQ(reasons, std::vector<std::string>(4, "stall")) << seen_.err;
   EXPECT_TRUE(still_running) << seen_.err;
+}
+
+// The live view (docs/diagnosis.md): while the job stalls, meshrun's status page, loaded in
+// headless Chromium, and `meshtrace live` name the stalled rank and op, and the page's stacks link
+// shows where rank 3's main thread is.
+TEST_F(LiveDiagnosis, StatusPageAndMeshtraceLiveNameTheStall) {
+  const std::string chromium = [] {
+    std::string c = run_command("command -v chromium || command -v chromium-browser");
+    while (!c.empty() && c.back() == '\n') c.pop_back();
+    return c;
+  }();
+  ASSERT_FALSE(chromium.empty())
+      << "chromium is not installed: it is a declared test dependency (.ci/install-deps.sh)";
+  std::string url, text, dom, stacks;
+  seen_ = run_stalled("user_code", {}, [&](const fs::path& dir) {
+    const auto line = line_with(read_all(dir / "meshrun.err"), "meshrun: live status: http://");
+    if (!line) return;
+    const size_t at = line->find("http://");
+    url = line->substr(at, line->find(' ', at) - at);
+    text = run_command(fmt::format("timeout 20 '{}' live '{}' --once", MESHRT_MESHTRACE, url));
+    // The page draws itself from /status.json: the DOM after its script ran shows the verdict.
+    const std::string browse = fmt::format(
+        "timeout 60 '{}' --headless --no-sandbox --disable-gpu --disable-dev-shm-usage "
+        "--disable-quic --no-first-run --disable-background-networking "
+        "--disable-component-update --disable-sync --user-data-dir='{}' "
+        "--virtual-time-budget=5000 --dump-dom ",
+        chromium, (dir / "chromium").string());
+    dom = run_command(browse + "'" + url + "' 2>/dev/null");
+    stacks = run_command(browse + "'" + url + "ranks/3/stacks' 2>/dev/null");
+  });
+  expect_in_time(seen_);
+  ASSERT_FALSE(url.empty()) << seen_.err;
+  // Text: the verdict line, and rank 3's row in user code while rank 0 waits past the threshold.
+  EXPECT_NE(text.find("verdict: stall "), std::string::npos) << text;
+  EXPECT_NE(text.find("rank 3 has not entered it"), std::string::npos) << text;
+  EXPECT_NE(text.find("\n3     user code for "), std::string::npos) << text;
+  EXPECT_NE(text.find("broadcast #3 running "), std::string::npos) << text;
+  // The page: the verdict, drawn by the page's script, and a row per rank.
+  EXPECT_NE(dom.find("<div id=\"verdict\" class=\"stall\">stall "), std::string::npos) << dom;
+  EXPECT_NE(dom.find("rank 3 has not entered it"), std::string::npos) << dom;
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_NE(dom.find(fmt::format("<tr id=\"rank-{}\">", r)), std::string::npos) << dom;
+  }
+  const size_t row3 = dom.find("<tr id=\"rank-3\">");
+  ASSERT_NE(row3, std::string::npos) << dom;
+  EXPECT_NE(dom.find("user code for", row3), std::string::npos) << dom;
+  EXPECT_NE(dom.find("class=\"slow\">broadcast #3 running"), std::string::npos) << dom;
+  EXPECT_NE(dom.find("href=\"ranks/3/stacks\""), std::string::npos) << dom;
+  // The stacks link: rank 3's main thread sleeps in run_rank (examples/stall.cc:40).
+  EXPECT_NE(stacks.find("(main thread)"), std::string::npos) << stacks;
+  EXPECT_NE(stacks.find("run_rank (../examples/stall.cc:40)"), std::string::npos) << stacks;
 }
 
 }  // namespace

@@ -1,15 +1,23 @@
 // meshtrace: offline tools for meshrt's traces. `meshtrace analyze DIR` reads the flight-recorder
 // dumps of a job (meshrt JSON or PyTorch FR pickle) and says which rank stopped the others;
-// `meshtrace report DIR` writes the job's report page (trace/analyze/job_report.h).
+// `meshtrace report DIR` writes the job's report page (trace/analyze/job_report.h); `meshtrace
+// live HOST:PORT` shows a running job's live status (trace/analyze/live_status_text.h).
+#include <fmt/format.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "trace/analyze/analyzer.h"
 #include "trace/analyze/format.h"
+#include "trace/analyze/http_get.h"
 #include "trace/analyze/job_report.h"
+#include "trace/analyze/live_status_text.h"
 #include "trace/analyze/live_verdict.h"
 #include "trace/atomic_file.h"
 #include "trace/chrome_trace.h"
@@ -48,6 +56,46 @@ int run_analyze(const AnalyzeArgs& args) {
   const std::string out = args.json ? format_json(report) : format_text(report);
   std::fputs(out.c_str(), stdout);
   return report.findings.empty() ? kOk : kFindings;
+}
+
+struct LiveArgs {
+  std::string endpoint;
+  bool once = false;
+  double interval_s = 1;
+};
+
+// Draws the status until the server goes away (the job ended) or, with --once, one time. On a
+// terminal each refresh replaces the last.
+int run_live(const LiveArgs& args) {
+  using namespace meshrt::trace;
+  constexpr auto kTimeout = std::chrono::seconds(5);
+  try {
+    const HttpEndpoint at = parse_http_endpoint(args.endpoint);
+    const bool tty = ::isatty(STDOUT_FILENO) == 1;
+    for (bool first = true;; first = false) {
+      HttpResponse r;
+      try {
+        r = http_get(at, "/status.json", kTimeout);
+      } catch (const InputError& e) {
+        if (first) throw;
+        std::printf("meshtrace: the status server is gone (the job ended?): %s\n", e.what());
+        return kOk;
+      }
+      if (r.status != 200) {
+        throw InputError(
+            fmt::format("{}:{}/status.json answered {}: {}", at.host, at.port, r.status, r.body));
+      }
+      const std::string text = format_live_status(r.body);
+      std::fputs(tty ? ("\033[H\033[2J" + text).c_str() : (first ? text : "\n" + text).c_str(),
+                 stdout);
+      std::fflush(stdout);
+      if (args.once) return kOk;
+      std::this_thread::sleep_for(std::chrono::duration<double>(args.interval_s));
+    }
+  } catch (const InputError& e) {
+    std::fprintf(stderr, "meshtrace: error: %s\n", e.what());
+    return kBadInput;
+  }
 }
 
 }  // namespace
@@ -119,6 +167,18 @@ int main(int argc, char** argv) {
   stall->add_option("DIR", stall_dir, "Directory of snapshots and progress records")->required();
   stall->add_option("-p,--prefix", stall_prefix, "Snapshot file name prefix before the rank");
 
+  LiveArgs live_args;
+  CLI::App* live = app.add_subcommand(
+      "live",
+      "Show a running job's live status in the terminal, refreshed every second: ENDPOINT is "
+      "the status server meshrun printed (HOST:PORT or its URL); the same as its page.");
+  live->footer("Exit status: 0 shown (or the job ended while shown), 2 no status server there.");
+  live->add_option("ENDPOINT", live_args.endpoint, "HOST:PORT or http://HOST:PORT/?token=...")
+      ->required();
+  live->add_flag("--once", live_args.once, "Print the status once and exit");
+  live->add_option("--interval", live_args.interval_s, "Seconds between refreshes (default 1)")
+      ->check(CLI::Range(0.1, 3600.0));
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -149,6 +209,7 @@ int main(int argc, char** argv) {
       return kBadInput;
     }
   }
+  if (live->parsed()) return run_live(live_args);
   if (report->parsed()) {
     try {
       const auto made = meshrt::trace::write_job_report(report_args, report_out);

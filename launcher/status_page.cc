@@ -1,0 +1,111 @@
+#include "launcher/status_page.h"
+
+namespace meshrt::launcher {
+
+std::string_view status_page_html() {
+  // The token of a page bound beyond loopback comes in the page's own URL (?token=...); every
+  // request of the script passes it on.
+  static constexpr std::string_view kPage = R"html(<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>meshrun: live status</title>
+<style>
+body{font:14px system-ui,sans-serif;margin:1.2em;color:#222}
+h1{font-size:1.25em;margin:0 0 .4em}
+#verdict{padding:.6em .8em;border-radius:4px;margin:.6em 0;font-family:monospace;white-space:pre-wrap}
+#verdict.stall{background:#fde2e1;border:1px solid #d33}
+#verdict.ok{background:#e3f4e1;border:1px solid #5a5}
+table{border-collapse:collapse;margin:.6em 0}
+th,td{border:1px solid #ccc;padding:.25em .5em;text-align:left;font-family:monospace;vertical-align:top}
+th{background:#f3f3f3}
+td.slow{background:#fde2e1}
+td.busy{background:#fff6d8}
+.muted{color:#777}
+#events{font-family:monospace;white-space:pre-wrap}
+</style></head>
+<body>
+<h1>meshrun: live status</h1>
+<div id="job" class="muted">loading /status.json ...</div>
+<div id="verdict" class="ok"></div>
+<table id="ranks"></table>
+<h2 style="font-size:1.05em">Events</h2>
+<div id="events" class="muted"></div>
+<script>
+"use strict";
+const token = new URLSearchParams(location.search).get("token");
+const q = token ? "?token=" + encodeURIComponent(token) : "";
+function secs(ms) { return (ms / 1000).toFixed(1) + " s"; }
+function el(tag, text, cls) {
+  const e = document.createElement(tag);
+  if (text !== undefined) e.textContent = text;
+  if (cls) e.className = cls;
+  return e;
+}
+function link(href, text) { const a = el("a", text); a.href = href + q; return a; }
+function cellText(c) {
+  const f = c.in_flight;
+  if (f) return f.op + " #" + f.seq + (f.p2p && f.peer >= 0 ? " peer " + f.peer : "") +
+                " running " + secs(f.running_ms);
+  return "idle, completed #" + c.completed + (c.enqueued > c.completed ? ", queued #" + c.enqueued : "");
+}
+function draw(s) {
+  const job = document.getElementById("job");
+  job.textContent = "job " + s.run_id + (s.running ? ", attempt " + s.attempt + ", " +
+      s.world_size + " ranks" : ", no attempt running") + "; stall threshold " +
+      (s.stall_threshold_s > 0 ? s.stall_threshold_s + " s" : "off") + "; updated " +
+      new Date(s.wall_ns / 1e6).toLocaleTimeString();
+  const v = document.getElementById("verdict");
+  v.textContent = s.verdict ? s.verdict.line : "no stall";
+  v.className = s.verdict ? "stall" : "ok";
+  const names = [];
+  for (const r of s.ranks) for (const c of r.comms) if (!names.includes(c.name)) names.push(c.name);
+  names.sort();
+  const dims = {};
+  for (const r of s.ranks) for (const c of r.comms) if (c.mesh_dim) dims[c.name] = c.mesh_dim;
+  const t = document.getElementById("ranks");
+  t.replaceChildren();
+  const head = el("tr");
+  head.append(el("th", "rank"), el("th", "state"));
+  for (const n of names) head.append(el("th", n + (dims[n] ? " (dim " + dims[n] + ")" : "")));
+  head.append(el("th", "live"));
+  t.append(head);
+  for (const r of s.ranks) {
+    const row = el("tr");
+    row.id = "rank-" + r.rank;
+    row.append(el("td", "rank " + r.rank),
+               el("td", r.state === "unknown" ? "no record yet" : r.state.replace("_", " ") +
+                  " for " + secs(r.state_ms)));
+    for (const n of names) {
+      const c = r.comms.find(x => x.name === n);
+      if (!c) { row.append(el("td", "-", "muted")); continue; }
+      const f = c.in_flight;
+      const slow = f && s.stall_threshold_s > 0 && f.running_ms >= s.stall_threshold_s * 1000;
+      row.append(el("td", cellText(c), slow ? "slow" : (f ? "busy" : "")));
+    }
+    const live = el("td");
+    live.append(link("ranks/" + r.rank + "/snapshot", "snapshot"), " ",
+                link("ranks/" + r.rank + "/stacks", "stacks"));
+    row.append(live);
+    t.append(row);
+  }
+  document.getElementById("events").textContent = s.events.length ?
+      s.events.map(e => new Date(e.wall_ns / 1e6).toLocaleTimeString() + "  " + e.line).join("\n") :
+      "none";
+}
+async function refresh() {
+  try {
+    const r = await fetch("status.json" + q, {cache: "no-store"});
+    if (!r.ok) throw new Error(r.status + " " + r.statusText);
+    draw(await r.json());
+  } catch (e) {
+    document.getElementById("job").textContent = "cannot read status.json: " + e.message +
+        " (has the job ended?)";
+  }
+}
+refresh();
+setInterval(refresh, 1000);
+</script>
+</body></html>
+)html";
+  return kPage;
+}
+
+}  // namespace meshrt::launcher

@@ -1,0 +1,64 @@
+// meshrun's live status server (docs/diagnosis.md, "A live view"): node 0 serves the live board
+// over HTTP with Boost.Beast, on loopback unless asked otherwise: the page for people at "/", the
+// same as JSON for tools at "/status.json" (what `meshtrace live` reads), and each rank's live
+// flight-recorder snapshot and thread stacks at "/ranks/<rank>/snapshot" and ".../stacks".
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "launcher/live_board.h"
+
+namespace meshrt::launcher {
+
+// Settings of the status server.
+struct StatusServerOptions {
+  std::string host = "127.0.0.1";  // Bound address; loopback keeps the page on this host.
+  uint16_t port = 0;               // 0: a free port (see StatusServer::port()).
+  // When not empty, every request must carry ?token=<it>; a server bound beyond loopback makes
+  // one when none is given.
+  std::string token;
+  std::chrono::milliseconds io_timeout{5000};     // Per read or write of one connection.
+  int max_connections = 16;                       // More at once are answered 503 at once.
+  std::chrono::milliseconds snapshot_wait{3000};  // Bound on the ranks' snapshot answers.
+};
+
+// One HTTP answer.
+struct HttpReply {
+  int status = 200;
+  std::string content_type;
+  std::string body;
+};
+
+// Answers `method` `target` (path and query) from `board`; exposed for tests. Only GET and HEAD;
+// a missing or wrong token is 403, an unknown path 404.
+HttpReply answer_status_request(LiveBoard& board, const StatusServerOptions& options,
+                                std::string_view method, std::string_view target);
+
+// The thread stacks of a snapshot (its "meshrt_threads" key) as text, a thread per paragraph.
+std::string stacks_text(const std::string& snapshot_json);
+
+// Serves from its own threads (one accepting, one per connection) until destroyed.
+class StatusServer {
+ public:
+  // Binds host:port and starts serving; throws std::runtime_error naming both when it cannot.
+  StatusServer(StatusServerOptions options, LiveBoard& board);
+  ~StatusServer();
+
+  StatusServer(const StatusServer&) = delete;
+  StatusServer& operator=(const StatusServer&) = delete;
+
+  // The bound port.
+  uint16_t port() const;
+  // "http://HOST:PORT/" with "?token=..." when the server wants one.
+  std::string url() const;
+
+ private:
+  struct Impl;  // Boost.Asio's and Beast's parts, kept out of this header.
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace meshrt::launcher

@@ -1,0 +1,330 @@
+// meshrun's live view (docs/diagnosis.md, "A live view"), below the end-to-end test in
+// live_diagnosis_test: the live board's JSON, the status server's routes over real HTTP on
+// 127.0.0.1 (with meshtrace's own client), its token, its limits, and `meshtrace live`'s text.
+#include "launcher/status_server.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "launcher/live_board.h"
+#include "runtime/store/live_keys.h"
+#include "runtime/store/tcp_store.h"
+#include "runtime/store/tcp_store_server.h"
+#include "trace/analyze/dump_reader.h"
+#include "trace/analyze/http_get.h"
+#include "trace/analyze/live_status_text.h"
+
+namespace meshrt::launcher {
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+using trace::http_get;
+using trace::HttpEndpoint;
+
+// A progress record as runtime/progress_publisher.h writes it, published `age_ms` ago.
+std::string record(int rank, const std::string& state, int64_t state_ms, bool in_op,
+                   int64_t age_ms) {
+  json in_flight = nullptr;
+  if (in_op) {
+    in_flight = {{"op", "all_reduce"}, {"seq", 37},        {"p2p", false},
+                 {"peer", -1},         {"channel_seq", 0}, {"running_ms", 4000}};
+  }
+  return json{{"rank", rank},
+              {"wall_ns", wall_now_ns() - age_ms * 1'000'000},
+              {"state", state},
+              {"state_ms", state_ms},
+              {"comms", json::array({{{"name", "mesh0/tp"},
+                                      {"mesh_dim", "tp"},
+                                      {"ranks", {0, 1}},
+                                      {"enqueued", in_op ? 37 : 36},
+                                      {"started", in_op ? 37 : 36},
+                                      {"completed", 36},
+                                      {"in_flight", in_flight}}})}}
+      .dump();
+}
+
+// A board for a 2-rank job whose rank 0 has waited in tp all_reduce #37 for 4 s (as of a
+// record 1 s old) and whose rank 1 computes; stall threshold 10 s.
+std::unique_ptr<LiveBoard> stalled_board() {
+  auto board = std::make_unique<LiveBoard>("job42", 10);
+  board->begin_attempt(0, 2, nullptr);
+  board->set_progress(
+      {record(0, "in_op", 4000, true, 1000), record(1, "user_code", 4000, false, 0)});
+  return board;
+}
+
+TEST(LiveBoard, StatusJsonAdvancesTimesByTheRecordsAge) {
+  auto board = stalled_board();
+  const json j = json::parse(board->status_json(wall_now_ns()));
+  EXPECT_EQ(j["run_id"], "job42");
+  EXPECT_EQ(j["attempt"], 0);
+  EXPECT_TRUE(j["running"].get<bool>());
+  EXPECT_EQ(j["world_size"], 2);
+  EXPECT_EQ(j["stall_threshold_s"], 10);
+  ASSERT_EQ(j["ranks"].size(), 2u);
+  const json& f = j["ranks"][0]["comms"][0]["in_flight"];
+  EXPECT_EQ(f["op"], "all_reduce");
+  EXPECT_EQ(f["seq"], 37);
+  // 4000 ms running when published, published about 1000 ms ago.
+  EXPECT_GE(f["running_ms"].get<int64_t>(), 4990);
+  EXPECT_LT(f["running_ms"].get<int64_t>(), 6000);
+  EXPECT_EQ(j["ranks"][1]["state"], "user_code");
+  EXPECT_TRUE(j["ranks"][1]["comms"][0]["in_flight"].is_null());
+  EXPECT_TRUE(j["verdict"].is_null());
+}
+
+TEST(LiveBoard, VerdictShowsUntilItClears) {
+  auto board = stalled_board();
+  board->add_event("stall 10 s: mesh0/tp all_reduce #37 (dim tp) — rank 1 has not entered it",
+                   true);
+  json j = json::parse(board->status_json(wall_now_ns()));
+  EXPECT_EQ(j["verdict"]["line"],
+            "stall 10 s: mesh0/tp all_reduce #37 (dim tp) — rank 1 has not entered it");
+  board->add_event("stall cleared: mesh0/tp all_reduce #37 on rank 0 is no longer stuck", false);
+  j = json::parse(board->status_json(wall_now_ns()));
+  EXPECT_TRUE(j["verdict"].is_null());
+  ASSERT_EQ(j["events"].size(), 2u);
+  EXPECT_FALSE(j["events"][1]["active"].get<bool>());
+}
+
+TEST(LiveBoard, RecordsThatAreNotRecordsShowAsUnknown) {
+  LiveBoard board("job", 10);
+  board.begin_attempt(0, 3, nullptr);
+  board.set_progress({"", "not json", R"({"rank": 2, "comms": 5})"});
+  const json j = json::parse(board.status_json(wall_now_ns()));
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(j["ranks"][r]["state"], "unknown") << r;
+}
+
+TEST(StatusServer, RoutesAnswerAsDocumented) {
+  auto board = stalled_board();
+  StatusServerOptions o;
+  EXPECT_EQ(answer_status_request(*board, o, "GET", "/").status, 200);
+  EXPECT_NE(answer_status_request(*board, o, "GET", "/").body.find("<title>meshrun: live status"),
+            std::string::npos);
+  const HttpReply s = answer_status_request(*board, o, "GET", "/status.json?x=1");
+  EXPECT_EQ(s.status, 200);
+  EXPECT_EQ(s.content_type, "application/json");
+  EXPECT_EQ(json::parse(s.body)["run_id"], "job42");
+  EXPECT_EQ(answer_status_request(*board, o, "POST", "/status.json").status, 405);
+  EXPECT_EQ(answer_status_request(*board, o, "GET", "/etc/passwd").status, 404);
+  EXPECT_EQ(answer_status_request(*board, o, "GET", "/ranks/x/stacks").status, 404);
+  EXPECT_EQ(answer_status_request(*board, o, "GET", "/ranks/-1/stacks").status, 404);
+  EXPECT_EQ(answer_status_request(*board, o, "GET", "/ranks/0/other").status, 404);
+  // No store behind the attempt's board here: no snapshot can be asked for.
+  board->end_attempt();
+  const HttpReply none = answer_status_request(*board, o, "GET", "/ranks/0/stacks");
+  EXPECT_EQ(none.status, 503);
+  EXPECT_EQ(none.body, "no attempt of the job is running\n");
+}
+
+TEST(StatusServer, TokenIsRequiredWhenSet) {
+  auto board = stalled_board();
+  StatusServerOptions o;
+  o.token = "s3cret";
+  EXPECT_EQ(answer_status_request(*board, o, "GET", "/status.json").status, 403);
+  EXPECT_EQ(answer_status_request(*board, o, "GET", "/status.json?token=s3cre").status, 403);
+  EXPECT_EQ(answer_status_request(*board, o, "GET", "/status.json?token=s3cret").status, 200);
+  EXPECT_EQ(answer_status_request(*board, o, "GET", "/?a=b&token=s3cret").status, 200);
+}
+
+TEST(StatusServer, StacksTextFromASnapshot) {
+  const json snap = {{"meshrt_threads",
+                      {{{"tid", 7},
+                        {"name", "train"},
+                        {"main", true},
+                        {"answered", true},
+                        {"frames",
+                         {{{"function", "step()"}, {"file", "train.cc"}, {"line", 88}},
+                          {{"function", "main"}, {"file", "train.cc"}, {"line", 120}}}}},
+                       {{"tid", 9},
+                        {"name", "w"},
+                        {"main", false},
+                        {"answered", false},
+                        {"frames", json::array()}}}}};
+  EXPECT_EQ(stacks_text(snap.dump()),
+            "thread 7 'train' (main thread)\n"
+            "    step() (train.cc:88)\n"
+            "    main (train.cc:120)\n"
+            "thread 9 'w'\n"
+            "    (did not answer in time)");
+  EXPECT_EQ(stacks_text("{}"), "(the snapshot carries no thread stacks)");
+  EXPECT_EQ(stacks_text("garbage"), "(the snapshot carries no thread stacks)");
+}
+
+// Over real HTTP: meshtrace's client against the server, on 127.0.0.1.
+TEST(StatusServer, ServesOverHttpAndASilentClientHoldsUpNobody) {
+  auto board = stalled_board();
+  StatusServerOptions o;
+  o.io_timeout = 2000ms;
+  StatusServer server(o, *board);
+  ASSERT_GT(server.port(), 0);
+  EXPECT_EQ(server.url(), "http://127.0.0.1:" + std::to_string(server.port()) + "/");
+  const HttpEndpoint at = trace::parse_http_endpoint(server.url());
+
+  // A client that connects and never sends a byte.
+  const int silent = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(server.port());
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(silent, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto page = http_get(at, "/", 5000ms);
+  EXPECT_EQ(page.status, 200);
+  EXPECT_NE(page.body.find("status.json"), std::string::npos);
+  const auto status = http_get(at, "/status.json", 5000ms);
+  EXPECT_EQ(status.status, 200);
+  EXPECT_EQ(json::parse(status.body)["ranks"][0]["comms"][0]["in_flight"]["seq"], 37);
+  EXPECT_EQ(http_get(at, "/nothing", 5000ms).status, 404);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1500ms);
+  ::close(silent);
+}
+
+TEST(StatusServer, BeyondLoopbackItWantsTheTokenOfItsUrl) {
+  auto board = stalled_board();
+  StatusServerOptions o;
+  o.host = "0.0.0.0";  // Every interface; the test still talks to it over 127.0.0.1.
+  StatusServer server(o, *board);
+  const std::string url = server.url();
+  const size_t at_token = url.find("?token=");
+  ASSERT_NE(at_token, std::string::npos) << url;
+  EXPECT_EQ(url.size() - at_token - 7, 64u);  // 32 random bytes as hex.
+  HttpEndpoint at = trace::parse_http_endpoint(url);
+  at.host = "127.0.0.1";
+  EXPECT_EQ(http_get(at, "/status.json", 5000ms).status, 200);
+  at.query.clear();
+  EXPECT_EQ(http_get(at, "/status.json", 5000ms).status, 403);
+}
+
+TEST(StatusServer, CannotBindIsAClearError) {
+  auto board = stalled_board();
+  StatusServer first({}, *board);
+  StatusServerOptions o;
+  o.port = first.port();
+  try {
+    StatusServer second(o, *board);
+    ADD_FAILURE() << "bound a port in use";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot serve the status page on 127.0.0.1:" +
+                                         std::to_string(first.port())),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// The board's snapshots through a real store: rank 0 answers the request, rank 1 does not.
+TEST(LiveBoard, SnapshotsWaitBoundedForRanksThatDoNotAnswer) {
+  TcpStoreServer store_server;
+  TcpStoreOptions co;
+  co.port = store_server.port();
+  co.token = "";
+  auto store = std::make_shared<TcpStore>(co);
+  LiveBoard board("job", 10);
+  board.begin_attempt(0, 2, store);
+  std::atomic<bool> stop{false};
+  std::thread rank0([&] {
+    TcpStore mine(co);
+    int64_t seen = 0;
+    while (!stop) {
+      const int64_t request = mine.add(live_keys::kSnapshotRequest, 0);
+      if (request > seen) {
+        seen = request;
+        const std::string dump = R"({"rank": 0, "meshrt_threads": []})";
+        mine.set(live_keys::snapshot(request, 0), as_bytes(dump));
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  const Snapshots s = board.snapshots(700ms);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1500ms);
+  EXPECT_EQ(s.request, 1);
+  ASSERT_EQ(s.by_rank.size(), 2u);
+  EXPECT_EQ(json::parse(s.by_rank[0])["rank"], 0);
+  EXPECT_TRUE(s.by_rank[1].empty());
+  // Taken again within the reuse window: the same set, no new request.
+  EXPECT_EQ(board.snapshots(700ms, 5000ms).request, 1);
+  StatusServerOptions short_wait;
+  short_wait.snapshot_wait = 300ms;
+  const HttpReply r = answer_status_request(board, short_wait, "GET", "/ranks/1/stacks");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_NE(r.body.find("rank 1 did not answer the snapshot request within 300 ms"),
+            std::string::npos)
+      << r.body;
+  EXPECT_EQ(answer_status_request(board, {}, "GET", "/ranks/0/stacks").body, "rank 0:\n\n");
+  EXPECT_EQ(answer_status_request(board, {}, "GET", "/ranks/2/snapshot").status, 404);
+  stop = true;
+  rank0.join();
+}
+
+TEST(MeshtraceLive, TextShowsVerdictRanksAndEvents) {
+  auto board = stalled_board();
+  board->add_event("stall 10 s: mesh0/tp all_reduce #37 (dim tp) — rank 1 has not entered it",
+                   true);
+  const std::string text = trace::format_live_status(board->status_json(wall_now_ns()));
+  EXPECT_NE(text.find("job job42, attempt 0, 2 ranks; stall threshold 10.0 s; at "),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("verdict: stall 10 s: mesh0/tp all_reduce #37 (dim tp) — rank 1 has not "
+                      "entered it\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("rank  state"), std::string::npos) << text;
+  EXPECT_NE(text.find("mesh0/tp (dim tp)"), std::string::npos) << text;
+  EXPECT_NE(text.find("\n0     in op for "), std::string::npos) << text;
+  EXPECT_NE(text.find("all_reduce #37 running 5."), std::string::npos) << text;
+  EXPECT_NE(text.find("\n1     user code for 4."), std::string::npos) << text;
+  EXPECT_NE(text.find("idle, completed #36"), std::string::npos) << text;
+  EXPECT_NE(text.find("events:\n  "), std::string::npos) << text;
+  EXPECT_THROW(trace::format_live_status("[]"), trace::InputError);
+  EXPECT_THROW(trace::format_live_status(R"({"run_id": "x"})"), trace::InputError);
+}
+
+TEST(MeshtraceLive, EndpointsParse) {
+  auto at = trace::parse_http_endpoint("http://127.0.0.1:8080/?token=abc");
+  EXPECT_EQ(at.host, "127.0.0.1");
+  EXPECT_EQ(at.port, 8080);
+  EXPECT_EQ(at.query, "token=abc");
+  at = trace::parse_http_endpoint("localhost:9");
+  EXPECT_EQ(at.host, "localhost");
+  EXPECT_EQ(at.port, 9);
+  EXPECT_EQ(at.query, "");
+  at = trace::parse_http_endpoint("http://[::1]:80/");
+  EXPECT_EQ(at.host, "::1");
+  EXPECT_EQ(at.port, 80);
+  for (const char* bad : {"", "host", "host:", ":80", "host:0", "host:70000", "host:8x"}) {
+    EXPECT_THROW(trace::parse_http_endpoint(bad), trace::InputError) << bad;
+  }
+}
+
+TEST(MeshtraceLive, NoServerIsAClearError) {
+  // A port just released by a server is closed.
+  uint16_t port = 0;
+  {
+    auto board = stalled_board();
+    StatusServer s({}, *board);
+    port = s.port();
+  }
+  try {
+    http_get({"127.0.0.1", port, ""}, "/status.json", 2000ms);
+    ADD_FAILURE() << "a closed port answered";
+  } catch (const trace::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("GET http://127.0.0.1:" + std::to_string(port) +
+                                         "/status.json: Connection refused"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace meshrt::launcher
