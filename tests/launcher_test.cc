@@ -894,6 +894,18 @@ int refused(const std::vector<std::string>& args) { return parse(args).exit_stat
 
 using Command = std::vector<std::string>;
 
+TEST(ParseOptions, StatusPageOnLoopbackAndAFreePortUnlessAsked) {
+  const auto d = options_of({"p"});
+  EXPECT_EQ(d.status_port, std::optional<uint16_t>(0));
+  EXPECT_EQ(d.status_host, "127.0.0.1");
+  EXPECT_EQ(options_of({"--status-port", "8089", "p"}).status_port, std::optional<uint16_t>(8089));
+  EXPECT_EQ(options_of({"--status_port=off", "p"}).status_port, std::nullopt);
+  EXPECT_EQ(options_of({"--status-host", "0.0.0.0", "p"}).status_host, "0.0.0.0");
+  EXPECT_EQ(refused({"--status-port", "70000", "p"}), 2);
+  EXPECT_EQ(refused({"--status-port", "on", "p"}), 2);
+  EXPECT_EQ(refused({"--status-host=", "p"}), 2);
+}
+
 TEST(ParseOptions, EveryFlagTakesTorchrunsUnderscoreSpelling) {
   const auto o = options_of({"--nnodes",
                              "2",
