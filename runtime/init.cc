@@ -21,6 +21,7 @@
 #include "runtime/error.h"
 #include "runtime/error_file.h"
 #include "runtime/fatal_signal.h"
+#include "runtime/monitor_process.h"
 #include "runtime/store/dump_keys.h"
 #include "runtime/store/prefix_store.h"
 #include "runtime/store/store_auth.h"
@@ -146,6 +147,7 @@ InitOptions read_init_options() {
   }
   if (auto t = trace::env::get_ms({"MESHRT_EXIT_TIMEOUT_MS"})) o.exit_timeout = *t;
   o.host_store = !trace::env::get_flag({"MESHRT_STORE_EXTERNAL"});
+  o.live_monitor = trace::env::get_flag({"MESHRT_LIVE_MONITOR"}, true);
   if (auto i = trace::env::get({"MESHRT_GLOO_IFNAME", "GLOO_SOCKET_IFNAME"})) o.gloo_iface = *i;
   if (auto t = trace::env::get_ms({"MESHRT_TIMEOUT_MS"}, 1)) o.timeout = *t;
   if (auto t = trace::env::get_ms({"MESHRT_INIT_TIMEOUT_MS"}, 1)) o.init_timeout = *t;
@@ -167,6 +169,7 @@ bool is_loopback(const std::string& host) {
 // their end is the rank's end of the job: the exit barrier described at init().
 struct WorldResources {
   std::unique_ptr<TcpStoreServer> server;
+  std::unique_ptr<MonitorProcess> monitor;  // Declared after server: stopped before the store.
   std::shared_ptr<Store> store;
   std::shared_ptr<Store> watchdog_store;  // The same keys over the watchdog's own connection.
   int rank = 0;
@@ -345,6 +348,10 @@ std::shared_ptr<Communicator> init(const InitOptions& o) {
   resources->world_size = o.world_size;
   resources->exit_timeout = o.exit_timeout;
   Watchdog::instance().set_job_store(resources->watchdog_store, o.run_id, o.world_size);
+  if (resources->server && o.live_monitor && o.world_size > 1) {
+    resources->monitor =
+        MonitorProcess::start({host, port, token, o.run_id, o.attempt, o.world_size});
+  }
   log().info("joining run '{}' as rank {} of {} (from {}), store {}:{}", o.run_id, o.rank,
              o.world_size, o.source, host, port);
 

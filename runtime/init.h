@@ -26,6 +26,9 @@ struct InitOptions {
   std::string run_id = "default";  // Namespaces the store keys of one job.
   int attempt = 0;                 // Restart count: each attempt has its own store keys.
   bool host_store = true;          // Rank 0 hosts the store; false when a launcher does.
+  // Rank 0, hosting the store (no launcher), starts meshrt-monitor for the live stall verdict and
+  // status page (runtime/monitor_process.h); MESHRT_LIVE_MONITOR=0 turns it off.
+  bool live_monitor = true;
   // The store's shared secret, the same on every rank; empty: MESHRT_STORE_TOKEN, and when that
   // is unset too, no auth (under MPI with the address sent over MPI, a fresh one from rank 0).
   std::string store_token;

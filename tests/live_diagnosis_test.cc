@@ -3,12 +3,16 @@
 // culprit in time. Each case checks that meshrun's verdict names the rank, op, sequence number
 // and mesh dim, that it comes within the threshold + 5 s of the stall (the first rank reaching
 // step 3) and before any timeout, then stops the job with SIGTERM.
+#include <arpa/inet.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +23,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "tests/process_harness.h"
 
 #if !defined(MESHRT_MESHRUN) || !defined(MESHRT_STALL_EXAMPLE) || !defined(MESHRT_MESHTRACE)
 #error "MESHRT_MESHRUN, MESHRT_STALL_EXAMPLE and MESHRT_MESHTRACE must name the binaries"
@@ -277,6 +283,70 @@ TEST_F(LiveDiagnosis, StatusPageAndMeshtraceLiveNameTheStall) {
   // The stacks link: rank 3's main thread sleeps in run_rank (examples/stall.cc:40).
   EXPECT_NE(stacks.find("(main thread)"), std::string::npos) << stacks;
   EXPECT_NE(stacks.find("run_rank (../examples/stall.cc:40)"), std::string::npos) << stacks;
+}
+
+// Without a launcher (MASTER_ADDR set by hand, as mpirun and srun jobs have no meshrun either),
+// rank 0 hosts the store and starts meshrt-monitor, which gives the same verdict; it ends with
+// rank 0.
+TEST_F(LiveDiagnosis, WithoutMeshrunRankZeroStartsTheMonitor) {
+  seen_.log_dir = fs::temp_directory_path() / fmt::format("meshrt_live_{}_nolauncher", ::getpid());
+  fs::remove_all(seen_.log_dir);
+  fs::create_directories(seen_.log_dir);
+  const std::string port = std::to_string(meshrt::testing::free_port());
+  std::vector<pid_t> ranks;
+  for (int r = 0; r < 4; ++r) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      const std::string out = (seen_.log_dir / fmt::format("rank{}.out", r)).string();
+      const std::string err = (seen_.log_dir / fmt::format("rank{}.err", r)).string();
+      std::freopen(out.c_str(), "w", stdout);
+      std::freopen(err.c_str(), "w", stderr);
+      ::setenv("MESHRT_STALL_S", std::to_string(kStallS).c_str(), 1);
+      ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+      ::setenv("MASTER_PORT", port.c_str(), 1);
+      ::setenv("RANK", std::to_string(r).c_str(), 1);
+      ::setenv("WORLD_SIZE", "4", 1);
+      ::setenv("MESHRT_DUMP_PREFIX", (seen_.log_dir / "fr_").c_str(), 1);
+      ::execl(MESHRT_STALL_EXAMPLE, MESHRT_STALL_EXAMPLE, "--case", "user_code", "--timeout-ms",
+              "60000", "--sleep-s", "60", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    ranks.push_back(pid);
+  }
+  std::string err;
+  const auto deadline = Clock::now() + 30s;
+  while (Clock::now() < deadline) {
+    std::this_thread::sleep_for(100ms);
+    err = read_all(seen_.log_dir / "rank0.err");
+    if (err.find("meshrt-monitor: live status: http://") != std::string::npos) break;
+  }
+  // Its command line, as /proc/<pid>/cmdline has it (arguments end in NUL).
+  const std::string monitor_of_rank0 = std::string("--parent-pid\0", 13) + std::to_string(ranks[0]);
+  const auto monitors = meshrt::testing::processes_with(monitor_of_rank0);
+  // Rank 0 killed outright: its monitor must not outlive it.
+  for (const pid_t pid : ranks) ::kill(pid, SIGKILL);
+  for (const pid_t pid : ranks) ::waitpid(pid, nullptr, 0);
+  const auto gone_by = Clock::now() + 5s;
+  while (!meshrt::testing::processes_with(monitor_of_rank0).empty() && Clock::now() < gone_by) {
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_EQ(monitors.size(), 1u) << "no meshrt-monitor was running for rank 0";
+  EXPECT_TRUE(meshrt::testing::processes_with(monitor_of_rank0).empty())
+      << "meshrt-monitor outlived rank 0";
+
+  const auto verdict = line_with(err, "meshrt-monitor: stall ");
+  ASSERT_TRUE(verdict) << err;
+  EXPECT_TRUE(verdict->find(": mesh0/tp all_reduce #3 (dim tp) — rank 3 has not entered it;") !=
+                  std::string::npos ||
+              verdict->find(": mesh0/pp broadcast #3 (dim pp) — rank 3 has not entered it;") !=
+                  std::string::npos)
+      << *verdict;
+  EXPECT_NE(verdict->find(", at run_rank (stall.cc:40) <- main (stall.cc:"), std::string::npos)
+      << *verdict;
+  // The verdict comes before the status page's address, which it announces.
+  EXPECT_LT(err.find("meshrt-monitor: stall "), err.find("meshrt-monitor: live status: "));
+  // The snapshots it judged are beside the dumps.
+  EXPECT_TRUE(fs::exists(seen_.log_dir / "meshrt_live_default_0")) << err;
 }
 
 }  // namespace

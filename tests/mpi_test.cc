@@ -160,6 +160,27 @@ TEST_F(MpiTest, RankKilledBySignalEndsTheJobWithNoOrphans) {
   }
 }
 
+// The live verdict under mpirun, where no meshrun watches: rank 0 starts meshrt-monitor, which
+// names rank 3, sleeping in user code, while the job stalls; rank 3 wakes and the job ends well,
+// the monitor with it.
+TEST_F(MpiTest, LiveVerdictWithoutMeshrun) {
+  const MpiRun run =
+      mpirun(std::string(MESHRT_STALL_EXAMPLE) + " --case user_code --sleep-s 6 --timeout-ms 60000",
+             {{"MESHRT_STALL_S", "2"}, {"MESHRT_DUMP_PREFIX", prefix()}}, 60);
+  EXPECT_EQ(run.status, 0) << run.output;
+  const size_t at = run.output.find("meshrt-monitor: stall ");
+  ASSERT_NE(at, std::string::npos) << run.output;
+  const std::string verdict = run.output.substr(at, run.output.find('\n', at) - at);
+  EXPECT_NE(verdict.find("rank 3 has not entered it; rank 3 last completed mesh0/pp broadcast #2 "
+                         "and has been in user code for "),
+            std::string::npos)
+      << verdict;
+  EXPECT_NE(run.output.find("meshrt-monitor: live status: http://127.0.0.1:"), std::string::npos)
+      << run.output;
+  EXPECT_EQ(run.output.find("[timeout]"), std::string::npos) << run.output;
+  EXPECT_TRUE(fs::exists(dir_ / "meshrt_live_default_0")) << run.output;
+}
+
 TEST_F(MpiTest, ThrowPolicyFailsANonBlockingOpWithTimeout) {
   const MpiRun run = mpirun(std::string(MESHRT_MPI_WORKER) + " throw_timeout",
                             {{"MESHRT_ON_TIMEOUT", "throw"},

@@ -1,0 +1,126 @@
+#include "runtime/monitor_process.h"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+#include <vector>
+
+#include "runtime/store/store_auth.h"
+#include "trace/env.h"
+#include "trace/flight_recorder.h"
+#include "trace/logging.h"
+
+extern char** environ;
+
+namespace meshrt {
+namespace {
+
+bool executable(const std::string& path) { return ::access(path.c_str(), X_OK) == 0; }
+
+}  // namespace
+
+std::string find_monitor_binary() {
+  if (auto env = trace::env::get({"MESHRT_MONITOR_BIN"})) return executable(*env) ? *env : "";
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<void*>(&find_monitor_binary), &info) == 0 ||
+      info.dli_fname == nullptr) {
+    return "";
+  }
+  // The build tree has it beside libmeshrt; the install tree in bin/ beside lib/ (or
+  // lib/<multiarch>/).
+  const std::filesystem::path lib_dir = std::filesystem::path(info.dli_fname).parent_path();
+  for (const auto& candidate : {lib_dir / "meshrt-monitor", lib_dir / "../bin/meshrt-monitor",
+                                lib_dir / "../../bin/meshrt-monitor"}) {
+    if (executable(candidate.string())) return candidate.lexically_normal().string();
+  }
+  return "";
+}
+
+std::unique_ptr<MonitorProcess> MonitorProcess::start(const MonitorProcessOptions& o) {
+  const std::string binary = find_monitor_binary();
+  if (binary.empty()) {
+    log().info(
+        "no meshrt-monitor next to libmeshrt (or MESHRT_MONITOR_BIN): this job, which has no "
+        "launcher, gets no live stall verdict");
+    return nullptr;
+  }
+  // Snapshots of stalls go beside the flight-recorder dumps.
+  const std::string dump_dir =
+      std::filesystem::path(trace::FlightRecorder::instance().options().dump_prefix)
+          .parent_path()
+          .string();
+  const std::vector<std::string> args = {
+      binary,
+      "--store-host",
+      o.store_host,
+      "--store-port",
+      std::to_string(o.store_port),
+      "--run-id",
+      o.run_id,
+      "--attempt",
+      std::to_string(o.attempt),
+      "--world-size",
+      std::to_string(o.world_size),
+      "--dir",
+      fmt::format("{}/meshrt_live_{}_{}", dump_dir.empty() ? "." : dump_dir, o.run_id, o.attempt),
+      "--parent-pid",
+      std::to_string(::getpid())};
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::string_view(*e).starts_with(std::string(kStoreTokenEnv) + "=")) continue;
+    env.emplace_back(*e);
+  }
+  if (!o.store_token.empty()) env.push_back(fmt::format("{}={}", kStoreTokenEnv, o.store_token));
+  // Everything the child needs is built before fork(): after it, in a process with threads, only
+  // async-signal-safe calls are allowed until exec.
+  std::vector<char*> argv, envp;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    log().warn("cannot start meshrt-monitor: fork failed ({}); no live stall verdict",
+               std::strerror(errno));
+    return nullptr;
+  }
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) ::_exit(0);
+    const int null = ::open("/dev/null", O_RDONLY);
+    if (null >= 0) ::dup2(null, STDIN_FILENO);
+    // None of rank 0's sockets (the store's listener, its peers' connections) may outlive it here.
+    ::syscall(SYS_close_range, 3u, ~0u, 0u);
+    ::execve(argv[0], argv.data(), envp.data());
+    ::_exit(127);
+  }
+  log().info("started meshrt-monitor (pid {}) for the live stall verdict of this job", pid);
+  return std::make_unique<MonitorProcess>(pid);
+}
+
+MonitorProcess::~MonitorProcess() {
+  ::kill(pid_, SIGTERM);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (::waitpid(pid_, nullptr, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+}  // namespace meshrt
