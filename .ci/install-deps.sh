@@ -7,6 +7,7 @@ set -euo pipefail
 packages=(
   g++ meson ninja-build pkg-config cmake python3
   libgloo-dev libboost-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev
+  libunwind-dev  # per-op call stacks (trace/op_stack.cc)
   libssl-dev openssl  # the store's TLS; tests/store_test makes its certificates with openssl
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin

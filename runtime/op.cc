@@ -5,6 +5,7 @@
 #include <numeric>
 #include <thread>
 
+#include "trace/op_stack.h"
 #include "trace/scope.h"
 
 namespace meshrt {
@@ -83,6 +84,7 @@ void fill_record(const Op& op, const std::shared_ptr<const trace::CommInfo>& com
   rec.thread_id = thread_hash;
   rec.caller_file = caller.file_name();
   rec.caller_line = caller.line();
+  rec.stack = trace::capture_op_stack();
 }
 
 trace::OpRecord make_record(const Op& op, std::shared_ptr<const trace::CommInfo> comm,

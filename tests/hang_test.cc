@@ -79,6 +79,7 @@ TEST_F(HangTest, EveryRankDumpsAndTheHungRankExitsWithTheWatchdogStatus) {
   EXPECT_EQ(last["profiling_name"], "gloo:all_reduce");
   EXPECT_EQ(last["state"], "started");
   EXPECT_NE(last["error"].get<std::string>().find("timeout"), std::string::npos);
+  EXPECT_FALSE(last.contains("frames")) << "per-op stacks are off unless asked";
   for (int r = 1; r < 4; ++r) {
     const json d = read_json(dir_ / ("fr_" + std::to_string(r)));
     EXPECT_EQ(d["dump_reason"], "remote") << r;
@@ -123,6 +124,32 @@ TEST_F(HangTest, EveryRankDumpsAndTheHungRankExitsWithTheWatchdogStatus) {
             std::string::npos)
       << text;
 #endif
+}
+
+TEST_F(HangTest, TraceStacksPutEachOpsCallStackInTheDump) {
+  const auto results =
+      run_ranks({MESHRT_HANG_EXAMPLE, "--timeout-ms", "1000"}, 2, std::chrono::seconds(60),
+                {{"MESHRT_DUMP_PREFIX", prefix()}, {"MESHRT_TRACE_STACKS", "1"}});
+  ASSERT_EQ(results[0].exit_code, kWatchdogExitCode) << describe(results);
+  for (int r = 0; r < 2; ++r) {
+    const json d = read_json(dir_ / ("fr_" + std::to_string(r)));
+    ASSERT_EQ(d["entries"].size(), r == 0 ? 5u : 4u) << r;
+    for (const json& e : d["entries"]) {
+      // Innermost first, meshrt's own frames folded away: the program's call, then main.
+      const json& frames = e["frames"];
+      ASSERT_GE(frames.size(), 2u) << e.dump(1);
+      EXPECT_NE(frames[0]["name"].get<std::string>().find("run_rank"), std::string::npos)
+          << frames.dump(1);
+      EXPECT_TRUE(frames[0]["filename"].get<std::string>().ends_with("examples/hang.cc"))
+          << frames.dump(1);
+      // Two all_reduces at hang.cc:35, rank 0's extra one at :40, the rest at :45.
+      const int seq = e["collective_seq_id"];
+      const int line = seq <= 2 ? 35 : r == 0 && seq == 3 ? 40 : 45;
+      EXPECT_EQ(frames[0]["line"], line) << frames.dump(1);
+      EXPECT_EQ(frames[1]["name"], "main") << frames.dump(1);
+      EXPECT_EQ(e["caller"], frames[0]["filename"].get<std::string>() + ":" + std::to_string(line));
+    }
+  }
 }
 
 TEST_F(HangTest, ThrowPolicyFailsTheOpAndTheJobEndsWithDumps) {

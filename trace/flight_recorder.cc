@@ -7,9 +7,11 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
+#include <unordered_map>
 
 #include "meshrt_config.h"
 #include "trace/atomic_file.h"
@@ -17,6 +19,7 @@
 #include "trace/dump_format.h"
 #include "trace/env.h"
 #include "trace/logging.h"
+#include "trace/op_stack.h"
 #include "trace/pickle_writer.h"
 #include "trace/spin_lock.h"
 #include "trace/thread_stacks.h"
@@ -323,7 +326,28 @@ Json stats_json(const TensorStats& s) {
           {fr::kMean, num(s.mean)}, {fr::kNan, s.nan_count}, {fr::kInf, s.inf_count}};
 }
 
-void add_entries(Json& entries, const OpRecord& r) {
+// PyTorch's `frames` of a per-op stack: symbolised when a dump is rendered, each return address
+// once per process (a recorder of thousands of ops has few distinct call sites).
+Json frames_json(const OpStack& stack) {
+  static std::mutex mu;
+  static std::unordered_map<void*, std::vector<StackFrame>> known;
+  Json frames = Json::array();
+  std::lock_guard lock(mu);
+  for (int i = 0; i < stack.depth; ++i) {
+    auto it = known.find(stack.pcs[i]);
+    if (it == known.end()) {
+      it = known.emplace(stack.pcs[i], symbolise_stack({&stack.pcs[i], 1})).first;
+    }
+    for (const StackFrame& f : it->second) {
+      frames.push_back({{fr::kName, f.function}, {fr::kFilename, f.file}, {fr::kLine, f.line}});
+    }
+  }
+  return frames;
+}
+
+// `frames`: whether to symbolise per-op stacks; not in a crash dump's child, where a lock held by
+// another thread of the crashed process (the symbol cache's, libbacktrace's) would never be freed.
+void add_entries(Json& entries, const OpRecord& r, bool frames) {
   const CommInfo& c = *r.comm;
   const bool rooted = op_info(r.kind).rooted;
   auto finish = [&](Json e, int peer, uint64_t channel_seq) {
@@ -333,6 +357,7 @@ void add_entries(Json& entries, const OpRecord& r) {
     e[fr::kReduceOp] = r.reduce_op;
     e[fr::kError] = r.error;
     e[fr::kCaller] = *r.caller_file ? fmt::format("{}:{}", r.caller_file, r.caller_line) : "";
+    if (r.stack && frames) e[fr::kFrames] = frames_json(*r.stack);
     if (r.debug) {
       e[fr::kInputStats] = stats_json(r.debug->input);
       // The worker writes the output statistics before the op completes, and the slot sees the
@@ -473,7 +498,7 @@ std::string FlightRecorder::render(int rank, DumpFormat format, DumpReason reaso
     doc[fr::kMeshrtThreads] = std::move(threads);
   }
   Json entries = Json::array();
-  for (const auto& r : recs) add_entries(entries, r);
+  for (const auto& r : recs) add_entries(entries, r, reason != DumpReason::kCrash);
 
   // Names, scopes, paths and error texts come from users and libraries: invalid UTF-8 in any of
   // them must not cost the dump, so it is replaced rather than thrown on.
@@ -482,12 +507,14 @@ std::string FlightRecorder::render(int rank, DumpFormat format, DumpReason reaso
     return doc.dump(1, ' ', false, Json::error_handler_t::replace);
   }
   // PyTorch's pickle: unknown discovery times are None, entries are always present, and the
-  // optional `frames` (which its JSON never has) hold the one frame meshrt knows: the caller.
+  // optional `frames` (which its JSON never has) hold the op's stack (MESHRT_TRACE_STACKS) or the
+  // one frame meshrt always knows: the caller.
   for (auto& e : entries) {
     for (const std::string_view k :
          {fr::kTimeDiscoveredStartedNs, fr::kTimeDiscoveredCompletedNs}) {
       if (e[k] == 0) e[k] = nullptr;
     }
+    if (e.contains(fr::kFrames)) continue;
     Json frames = Json::array();
     if (const std::string caller = e[fr::kCaller]; !caller.empty()) {
       const auto colon = caller.rfind(':');

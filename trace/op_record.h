@@ -17,6 +17,8 @@
 
 namespace meshrt::trace {
 
+struct OpStack;  // trace/op_stack.h: per-op call stacks.
+
 // Progress of one communicator, updated by the flight recorder while it records: the last
 // collective sequence number enqueued, started and completed (-1 for none), as PyTorch's
 // pg_status reports them. P2p ops do not count.
@@ -123,6 +125,8 @@ struct OpRecord {
   uint64_t thread_id = 0;               // The enqueuing thread (a hash of its std::thread::id).
   const char* caller_file = "";         // Where the op was called (static storage).
   uint32_t caller_line = 0;             // Line in caller_file.
+  // MESHRT_TRACE_STACKS=1: the enqueuing call's return addresses (trace/op_stack.h); else null.
+  std::shared_ptr<const OpStack> stack;
   // Issued by meshrt itself to set up communicators (split's exchange, DeviceMesh's agreement
   // check), not by the program: reports set these apart (trace::SetupOps marks them).
   bool setup = false;

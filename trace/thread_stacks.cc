@@ -170,6 +170,16 @@ std::vector<ThreadStack> capture_thread_stacks(std::chrono::milliseconds per_thr
   return stacks;
 }
 
+std::vector<StackFrame> symbolise_stack(std::span<void* const> pcs) {
+  std::vector<StackFrame> frames;
+  try {
+    for (void* pc : pcs) symbolise(pc, frames);
+  } catch (...) {
+    // Best effort, as for threads: what was symbolised so far.
+  }
+  return frames;
+}
+
 std::string format_stack(const ThreadStack& stack, size_t max_frames) {
   if (stack.frames.empty()) {
     return stack.answered ? "(no frames of the program)" : "(the thread did not answer)";

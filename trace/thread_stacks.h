@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,10 @@ struct ThreadStack {
 // serialised); never throws (a thread that cannot be asked is reported unanswered).
 std::vector<ThreadStack> capture_thread_stacks(
     std::chrono::milliseconds per_thread = std::chrono::milliseconds(200));
+
+// The frames of return addresses `pcs` (innermost first), symbolised and folded as above; used
+// for the flight recorder's per-op stacks (trace/op_stack.h). Thread-safe; never throws.
+std::vector<StackFrame> symbolise_stack(std::span<void* const> pcs);
 
 // "run_rank (fault_worker.cc:58) <- main (fault_worker.cc:90)": up to `max_frames`, innermost
 // first, file names without their directories; "(no frames of the program)" when empty.
