@@ -174,6 +174,7 @@ TEST_P(Faults, EndInTimeWithDumpsTheCulpritAndNoProcessLeft) {
   EXPECT_EQ(root_culprits(run.err), c.culprits) << run.err;
   EXPECT_NE(run.err.find(c.culprit_stack), std::string::npos) << run.err;
   EXPECT_EQ(run.left_behind, std::vector<int>{});
+  if (!HasFailure()) fs::remove_all(run.attempt_dir.parent_path().parent_path());
 }
 
 const std::set<int> kAll = {0, 1, 2, 3};
@@ -193,59 +194,86 @@ INSTANTIATE_TEST_SUITE_P(
 // user code and ranks 0-2 wait for it. Node 0 sees node 1's heartbeat stop (3 s), has its own
 // ranks dump, counts node 1's ranks as lost and ends the job, well before the ranks' 30 s op
 // timeout would have.
-TEST(Faults, KilledAgentOfNodeOneEndsTheJobWithNodeZerosDumps) {
-  const std::string marker = new_marker();
-  const fs::path dir = fs::temp_directory_path() / marker;
-  fs::create_directories(dir);
-  const std::string endpoint = fmt::format("127.0.0.1:{}", meshrt::testing::free_port());
-  auto args = [&](int node) {
-    return std::vector<std::string>{"--nnodes",
-                                    "2",
-                                    "--nproc-per-node",
-                                    "2",
-                                    "--node-rank",
-                                    std::to_string(node),
-                                    "--rdzv-endpoint",
-                                    endpoint,
-                                    "--rdzv-id",
-                                    marker,
-                                    "--rdzv-timeout",
-                                    "30",
-                                    "--log-dir",
-                                    (dir / fmt::format("n{}", node)).string(),
-                                    MESHRT_FAULT_WORKER,
-                                    "user_hang",
-                                    marker};
-  };
-  const pid_t node0 = start_meshrun(args(0), dir, "0", 30s);
-  const pid_t node1 = start_meshrun(args(1), dir, "1", 30s);
-  const fs::path rank3_log = dir / "n1" / "attempt_0" / "rank_3.log";
-  const auto deadline = Clock::now() + 30s;
-  while (read_all(rank3_log).find("step 3") == std::string::npos && Clock::now() < deadline) {
-    std::this_thread::sleep_for(20ms);
+// Two meshruns on loopback, nodes 0 and 1 of one job with 2 ranks each, running the user_hang
+// case with a 30 s op timeout; returns once rank 3 (node 1) sits in user code in step 3 and
+// ranks 0-2 wait for it in their step-3 collectives.
+struct TwoNodeJob {
+  std::string marker = new_marker();
+  fs::path dir = fs::temp_directory_path() / marker;
+  pid_t node[2] = {-1, -1};
+
+  void start() {
+    fs::create_directories(dir);
+    const std::string endpoint = fmt::format("127.0.0.1:{}", meshrt::testing::free_port());
+    for (int n : {0, 1}) {
+      node[n] = start_meshrun(
+          {"--nnodes", "2", "--nproc-per-node", "2", "--node-rank", std::to_string(n),
+           "--rdzv-endpoint", endpoint, "--rdzv-id", marker, "--rdzv-timeout", "30", "--log-dir",
+           (dir / fmt::format("n{}", n)).string(), MESHRT_FAULT_WORKER, "user_hang", marker},
+          dir, std::to_string(n), 30s);
+    }
+    const fs::path rank3_log = dir / "n1" / "attempt_0" / "rank_3.log";
+    const auto deadline = Clock::now() + 30s;
+    while (read_all(rank3_log).find("step 3") == std::string::npos && Clock::now() < deadline) {
+      std::this_thread::sleep_for(20ms);
+    }
+    ASSERT_NE(read_all(rank3_log).find("step 3"), std::string::npos)
+        << read_all(dir / "meshrun0.err");
+    std::this_thread::sleep_for(300ms);
   }
-  ASSERT_NE(read_all(rank3_log).find("step 3"), std::string::npos)
-      << read_all(dir / "meshrun0.err");
-  std::this_thread::sleep_for(300ms);  // Ranks 0-2 are in their step-3 collectives.
-  ::kill(node1, SIGKILL);
+  ~TwoNodeJob() {
+    if (!::testing::Test::HasFailure()) fs::remove_all(dir);  // Kept to look into otherwise.
+  }
+  bool dumped(int node_rank, int rank) const {
+    return !nlohmann::json::parse(read_all(dir / fmt::format("n{}", node_rank) / "attempt_0" /
+                                           fmt::format("fr_trace_{}", rank)),
+                                  nullptr, false)
+                .is_discarded();
+  }
+};
+
+TEST(Faults, KilledAgentOfNodeOneEndsTheJobWithNodeZerosDumps) {
+  TwoNodeJob job;
+  ASSERT_NO_FATAL_FAILURE(job.start());
+  ::kill(job.node[1], SIGKILL);
   const auto killed_at = Clock::now();
-  EXPECT_EQ(wait_exit(node1, 10s), -1);
-  const int code = wait_exit(node0, 60s);
+  EXPECT_EQ(wait_exit(job.node[1], 10s), -1);
+  const int code = wait_exit(job.node[0], 60s);
   const auto kill_to_end = Clock::now() - killed_at;
   std::printf("killed agent: kill to job end %.1f s\n",
               std::chrono::duration<double>(kill_to_end).count());
-  const std::string err = read_all(dir / "meshrun0.err");
+  const std::string err = read_all(job.dir / "meshrun0.err");
   EXPECT_EQ(code, 1) << err;
   EXPECT_LE(kill_to_end, 3s + 5s) << err;
   EXPECT_NE(err.find("first failure: node 1 (host "), std::string::npos) << err;
   EXPECT_NE(err.find("stopped answering"), std::string::npos) << err;
-  for (int r : {0, 1}) {
-    const auto dump = nlohmann::json::parse(
-        read_all(dir / "n0" / "attempt_0" / fmt::format("fr_trace_{}", r)), nullptr, false);
-    EXPECT_FALSE(dump.is_discarded()) << "rank " << r << "'s dump\n" << err;
-  }
+  for (int r : {0, 1}) EXPECT_TRUE(job.dumped(0, r)) << "rank " << r << "'s dump\n" << err;
   EXPECT_EQ(root_culprits(err), (std::set<int>{2, 3})) << err;
-  EXPECT_EQ(reap_left_behind(marker), std::vector<int>{});
+  EXPECT_EQ(reap_left_behind(job.marker), std::vector<int>{});
+}
+
+// (g') The same job, but node 0's agent (the store's host) is killed: its ranks die with it
+// (PR_SET_PDEATHSIG), and node 1's agent, having lost the store, has its own ranks dump through
+// their FIFOs, stops them and ends, long before the ranks' 30 s op timeout.
+TEST(Faults, KilledAgentOfNodeZeroLetsNodeOneDumpAndEnd) {
+  TwoNodeJob job;
+  ASSERT_NO_FATAL_FAILURE(job.start());
+  ::kill(job.node[0], SIGKILL);
+  const auto killed_at = Clock::now();
+  EXPECT_EQ(wait_exit(job.node[0], 10s), -1);
+  const int code = wait_exit(job.node[1], 60s);
+  const auto kill_to_end = Clock::now() - killed_at;
+  std::printf("killed node-0 agent: kill to node 1's end %.1f s\n",
+              std::chrono::duration<double>(kill_to_end).count());
+  const std::string err = read_all(job.dir / "meshrun1.err");
+  EXPECT_NE(code, 0) << err;
+  EXPECT_LE(kill_to_end, 8s) << err;
+  EXPECT_NE(err.find("lost node 0's store: asking ranks 2, 3 to dump through their pipes"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("flight recorder: dumps written in "), std::string::npos) << err;
+  for (int r : {2, 3}) EXPECT_TRUE(job.dumped(1, r)) << "rank " << r << "'s dump\n" << err;
+  EXPECT_EQ(reap_left_behind(job.marker), std::vector<int>{});
 }
 
 }  // namespace
