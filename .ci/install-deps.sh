@@ -11,6 +11,7 @@ packages=(
   libssl-dev openssl  # the store's TLS; tests/store_test makes its certificates with openssl
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
+  slurmctld slurmd slurm-client  # tests/srun_test.sh runs a private Slurm on loopback
   chromium    # tests/viewer_test loads the scope-tree viewer in headless Chromium
   prometheus  # tests/exports_test lints the Prometheus export with promtool
 )

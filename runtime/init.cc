@@ -120,12 +120,19 @@ InitOptions read_init_options() {
                          chosen->names[3], o.local_world_size));
   }
 
-  // Jobs started by mpirun or srun run over MPI when it is built in, as their users expect.
-  if (MESHRT_HAVE_MPI && !torchrun_style) o.backend = "mpi";
+  // Jobs started by mpirun or srun run over MPI when it is built in, as their users expect; from
+  // srun only when it gave the ranks PMIx (--mpi=pmix): without it OpenMPI aborts in MPI_Init.
+  const bool srun = chosen == &kSources[2];
+  if (MESHRT_HAVE_MPI && !torchrun_style && (!srun || env("PMIX_RANK"))) o.backend = "mpi";
+  if (MESHRT_HAVE_MPI && srun && o.backend != "mpi" && o.rank == 0) {
+    log().info("started by srun without PMIx, so over Gloo; srun --mpi=pmix runs over MPI");
+  }
   if (auto b = trace::env::get_choice({"MESHRT_BACKEND"}, {"gloo", "mpi", "nccl"})) o.backend = *b;
 
   auto addr = env("MASTER_ADDR");
-  if (!addr && chosen == &kSources[2]) addr = env("SLURM_LAUNCH_NODE_IPADDR");
+  // srun's launch node may hold no rank (srun from a login node); over MPI rank 0 sends its own
+  // address instead, on a free port, as under mpirun.
+  if (!addr && srun && o.backend != "mpi") addr = env("SLURM_LAUNCH_NODE_IPADDR");
   if (!addr && o.backend == "mpi") {
     // No MASTER_ADDR needed: rank 0 hosts the store on a free port and sends its address over
     // MPI (init()).
@@ -352,8 +359,8 @@ std::shared_ptr<Communicator> init(const InitOptions& o) {
     resources->monitor =
         MonitorProcess::start({host, port, token, o.run_id, o.attempt, o.world_size});
   }
-  log().info("joining run '{}' as rank {} of {} (from {}), store {}:{}", o.run_id, o.rank,
-             o.world_size, o.source, host, port);
+  log().info("joining run '{}' as rank {} of {} (from {}, backend {}), store {}:{}", o.run_id,
+             o.rank, o.world_size, o.source, o.backend, host, port);
 
   GroupSpec spec;
   spec.name = "world";

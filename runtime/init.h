@@ -34,7 +34,8 @@ struct InitOptions {
   std::string store_token;
   std::string gloo_iface;  // Gloo's interface ("eth0"); empty: derived from master_addr.
   // The world's backend: "gloo", "mpi" or "nccl" (see built_backends() in backend_factory.h).
-  // From the environment: MESHRT_BACKEND, else "mpi" under mpirun/srun when MPI is built in.
+  // From the environment: MESHRT_BACKEND, else "mpi" under mpirun, and under srun when it gave
+  // PMIx (--mpi=pmix), when MPI is built in.
   std::string backend = "gloo";
   std::chrono::milliseconds timeout = kDefaultOpTimeout;  // Default op timeout.
   // Rendezvous deadline: reaching the store and every peer; also the store's reply deadline.

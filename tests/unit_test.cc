@@ -585,7 +585,8 @@ class ScopedEnv {
                                          "MESHRT_TIMEOUT_MS",
                                          "MESHRT_INIT_TIMEOUT_MS",
                                          "MESHRT_LAUNCHER",
-                                         "MESHRT_BACKEND"};
+                                         "MESHRT_BACKEND",
+                                         "PMIX_RANK"};
   std::vector<std::pair<std::string, std::string>> saved_;
 };
 
@@ -717,6 +718,13 @@ TEST(InitEnv, SlurmTakesTheLaunchNodeAddress) {
   EXPECT_EQ(o.local_rank, 2);
   EXPECT_EQ(o.local_world_size, -1);
   EXPECT_EQ(o.master_addr, "127.0.0.1");
+  // Over MPI only when srun gave PMIx (--mpi=pmix); OpenMPI cannot start without it.
+  EXPECT_EQ(o.backend, "gloo");
+  ::setenv("PMIX_RANK", "5", 1);
+  const InitOptions pmix = init_options_from_env();
+  EXPECT_EQ(pmix.backend, MESHRT_HAVE_MPI ? "mpi" : "gloo");
+  // Over MPI, rank 0 sends its own address (the launch node may hold no rank).
+  EXPECT_EQ(pmix.master_addr, MESHRT_HAVE_MPI ? "" : "127.0.0.1");
 }
 
 TEST(InitEnv, ErrorsListWhatWasFoundAndWhatIsNeeded) {
