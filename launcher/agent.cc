@@ -273,7 +273,10 @@ int Agent::run_job() {
     }
   } catch (const Error& e) {
     // The store or the rendezvous failed: this node cannot go on (its ranks are gone already).
-    say("{}{}", e.code() == ErrorCode::kPeerFailure ? "lost node 0's store: " : "", e.detail());
+    // Past the rendezvous, on another node, a store that fails is node 0's, lost.
+    const bool lost_store = e.code() == ErrorCode::kPeerFailure ||
+                            (rendezvous_ != nullptr && rendezvous_->node_rank() > 0);
+    say("{}{}", lost_store ? "lost node 0's store: " : "", e.detail());
     return interrupt_count() > 0 ? 128 + first_interrupt_signal() : 1;
   } catch (const std::exception& e) {
     say("{}", e.what());

@@ -272,6 +272,8 @@ TEST(Faults, KilledAgentOfNodeZeroLetsNodeOneDumpAndEnd) {
             std::string::npos)
       << err;
   EXPECT_NE(err.find("flight recorder: dumps written in "), std::string::npos) << err;
+  // Its last word says why it ended, whichever store call found node 0 gone.
+  EXPECT_NE(err.find("lost node 0's store: ", err.rfind("\nmeshrun: ")), std::string::npos) << err;
   for (int r : {2, 3}) EXPECT_TRUE(job.dumped(1, r)) << "rank " << r << "'s dump\n" << err;
   EXPECT_EQ(reap_left_behind(job.marker), std::vector<int>{});
 }
