@@ -41,6 +41,8 @@ using proto::Status;
 // A frame's buffer grows by at most this much per read, so its memory follows the bytes that
 // arrived, never the length its header claims.
 constexpr size_t kReadChunkBytes = size_t{64} << 10;
+// A frame's first read: its header and a small request's whole body, in one system call.
+constexpr size_t kFirstReadBytes = 512;
 // What a connection being closed after a refusal reads (and discards) per read.
 constexpr size_t kDiscardChunkBytes = size_t{4} << 10;
 // At most this many refusal lines are logged per second; the rest are counted.
@@ -101,8 +103,9 @@ class TcpStoreServer::Impl {
     // With TLS, the encrypted stream over `socket`; every read and write goes through it.
     std::unique_ptr<asio::ssl::stream<tcp::socket&>> tls;
     const std::string peer;  // "ip:port" of the client, for log lines.
-    std::array<char, proto::kFrameHeaderBytes> header{};
-    size_t header_bytes_read = 0;
+    // A frame's first read: the header and, for most requests, the whole body in one call.
+    std::array<char, kFirstReadBytes> first{};
+    size_t first_have = 0;
     size_t body_bytes = 0;  // What the current frame's header claims.
     std::vector<char> in;   // The current request body, as much of it as has arrived.
     std::vector<char> out;  // Current reply frame.
@@ -117,7 +120,8 @@ class TcpStoreServer::Impl {
 
     // Bounds a frame in flight (read or write) and, before auth, the whole handshake.
     asio::steady_timer frame_timer;
-    uint64_t frame_generation = 0;  // Tells a stale frame-timer expiry from the current one.
+    uint64_t frame_generation = 0;   // Tells a stale frame-timer expiry from the current one.
+    bool frame_timer_armed = false;  // Disarming an idle timer costs a system call: skipped.
 
     // The parked request, valid while `parked`.
     bool parked = false;
@@ -147,6 +151,8 @@ class TcpStoreServer::Impl {
   void start_session(const SessionPtr& s);
   void close_all();
   void read_header(const SessionPtr& s);
+  // After a reply went out: close if asked, else read the next request.
+  void after_send(const SessionPtr& s);
   void read_body(const SessionPtr& s);
   void on_frame(const SessionPtr& s);
   void send(const SessionPtr& s);
@@ -355,6 +361,7 @@ void TcpStoreServer::Impl::start_session(const SessionPtr& s) {
 void TcpStoreServer::Impl::arm_frame_timer(const SessionPtr& s, int64_t timeout_ms,
                                            const char* reason) {
   const uint64_t generation = ++s->frame_generation;
+  s->frame_timer_armed = true;
   s->frame_timer.expires_after(std::chrono::milliseconds(std::max<int64_t>(timeout_ms, 1)));
   s->frame_timer.async_wait([this, s, generation, reason, timeout_ms](error_code ec) {
     if (ec || s->closed || s->frame_generation != generation) return;
@@ -364,6 +371,7 @@ void TcpStoreServer::Impl::arm_frame_timer(const SessionPtr& s, int64_t timeout_
 }
 
 void TcpStoreServer::Impl::disarm_frame_timer(const SessionPtr& s) {
+  if (!std::exchange(s->frame_timer_armed, false)) return;
   ++s->frame_generation;
   s->frame_timer.cancel();
 }
@@ -389,19 +397,24 @@ void TcpStoreServer::Impl::log_refusal(const SessionPtr& s, std::string_view rea
 }
 
 void TcpStoreServer::Impl::read_header(const SessionPtr& s) {
-  auto buffer = asio::buffer(s->header.data() + s->header_bytes_read,
-                             s->header.size() - s->header_bytes_read);
+  auto buffer = asio::buffer(s->first.data() + s->first_have, s->first.size() - s->first_have);
   read_some(*s, buffer, [this, s](error_code ec, size_t n) {
     if (ec || s->closed) return drop(s);
-    // The frame's clock starts with its first byte; an authenticating connection is already
-    // bounded by the auth timer.
-    if (s->header_bytes_read == 0 && s->authenticated) {
-      arm_frame_timer(s, options_.frame_timeout_ms, "a frame did not arrive whole in time");
+    s->first_have += n;
+    // The frame's clock starts with its first byte, unless the frame came whole in one read (the
+    // usual case, and no timer to set); an authenticating connection has the auth timer.
+    const bool authenticated_and_idle = s->authenticated && !s->frame_timer_armed;
+    auto start_frame_clock = [&] {
+      if (authenticated_and_idle) {
+        arm_frame_timer(s, options_.frame_timeout_ms, "a frame did not arrive whole in time");
+      }
+    };
+    if (s->first_have < proto::kFrameHeaderBytes) {
+      start_frame_clock();
+      return read_header(s);
     }
-    s->header_bytes_read += n;
-    if (s->header_bytes_read < s->header.size()) return read_header(s);
-    s->header_bytes_read = 0;
-    s->body_bytes = proto::decode_u32(s->header.data());
+    const size_t got = std::exchange(s->first_have, 0);
+    s->body_bytes = proto::decode_u32(s->first.data());
     if (!s->authenticated && s->body_bytes > proto::kMaxUnauthenticatedFrameBytes) {
       return refuse_unauthenticated(
           s, fmt::format("first frame of {} bytes is not an auth request", s->body_bytes));
@@ -414,7 +427,16 @@ void TcpStoreServer::Impl::read_header(const SessionPtr& s) {
       log_refusal(s, reason);
       return reply_and_close(s, Status::kInvalidArgument, reason);
     }
-    s->in.clear();
+    const size_t extra = got - proto::kFrameHeaderBytes;
+    if (extra > s->body_bytes) {
+      // One request at a time: bytes past this frame were sent before its reply was read.
+      const std::string reason = "sent a second request before reading the reply to the first";
+      log_refusal(s, reason);
+      return reply_and_close(s, Status::kInvalidArgument, reason);
+    }
+    const char* body = s->first.data() + proto::kFrameHeaderBytes;
+    s->in.assign(body, body + extra);
+    if (extra < s->body_bytes) start_frame_clock();
     read_body(s);
   });
 }
@@ -454,15 +476,33 @@ void TcpStoreServer::Impl::on_frame(const SessionPtr& s) {
 
 void TcpStoreServer::Impl::send(const SessionPtr& s) {
   if (s->closed) return;
+  size_t sent = 0;
+  if (!s->tls) {
+    // A reply fits the socket's buffer nearly always: written at once, it needs neither the
+    // reactor nor the frame timer (the socket is non-blocking, see start_accept).
+    error_code ec;
+    sent = s->socket.write_some(asio::buffer(s->out), ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) {
+      sent = 0;
+    } else if (ec) {
+      return drop(s);
+    } else if (sent == s->out.size()) {
+      return after_send(s);
+    }
+  }
   arm_frame_timer(s, options_.frame_timeout_ms, "the client did not read its reply in time");
-  write_all(*s, asio::buffer(s->out), [this, s](error_code ec, size_t) {
+  write_all(*s, asio::buffer(s->out) + sent, [this, s](error_code ec, size_t) {
     if (ec || s->closed) return drop(s);
     disarm_frame_timer(s);
-    if (s->close_after_send) return linger_then_close(s);
-    if (s->in.capacity() > kKeepBufferBytes) std::vector<char>().swap(s->in);
-    if (s->out.capacity() > kKeepBufferBytes) std::vector<char>().swap(s->out);
-    read_header(s);
+    after_send(s);
   });
+}
+
+void TcpStoreServer::Impl::after_send(const SessionPtr& s) {
+  if (s->close_after_send) return linger_then_close(s);
+  if (s->in.capacity() > kKeepBufferBytes) std::vector<char>().swap(s->in);
+  if (s->out.capacity() > kKeepBufferBytes) std::vector<char>().swap(s->out);
+  read_header(s);
 }
 
 void TcpStoreServer::Impl::linger_then_close(const SessionPtr& s) {
