@@ -22,7 +22,6 @@
 #include "launcher/unique_fd.h"
 #include "runtime/error.h"
 #include "runtime/store/dump_keys.h"
-#include "runtime/store/live_keys.h"
 #include "runtime/store/prefix_store.h"
 #include "runtime/store/store_auth.h"
 #include "trace/env.h"
@@ -38,14 +37,11 @@ struct LocalRank {
 
 namespace {
 
-// Whether the attempt's ranks run meshrt (they publish progress records to the job's store once
-// a second): only then can they dump, and does a failure wait for their dumps.
-bool ranks_run_meshrt(Store& job, int world_size) {
-  for (int r = 0; r < world_size; ++r) {
-    const std::string k = live_keys::progress(r);
-    if (job.check({&k, 1})) return true;
-  }
-  return false;
+// Whether the attempt's ranks run meshrt (init() counts each in the job's store): only then can
+// they dump, and does a failure wait for their dumps.
+bool ranks_run_meshrt(Store& job) {
+  const std::string k = dump_keys::kRanksThatDump;
+  return job.check({&k, 1});
 }
 
 using Clock = std::chrono::steady_clock;
@@ -483,8 +479,8 @@ void Agent::monitor(int attempt, std::vector<LocalRank>& ranks, Store& job) {
   // of meshrt), then stops this node's ranks and asks the other agents to stop theirs.
   auto fail_job = [&](const Failure& f, const std::string& what) {
     publish_failure(attempt, f);
-    const bool meshrt_ranks = f.exit.exit_code == kWatchdogExitCode || dump_requested(job) ||
-                              ranks_run_meshrt(job, rendezvous_->world_size());
+    const bool meshrt_ranks =
+        f.exit.exit_code == kWatchdogExitCode || dump_requested(job) || ranks_run_meshrt(job);
     if (meshrt_ranks) {
       // Any failure (a watchdog's, or a rank or node lost before a watchdog could act): every
       // surviving rank dumps before it is stopped. Their watchdogs poll this signal, as they

@@ -355,6 +355,8 @@ std::shared_ptr<Communicator> init(const InitOptions& o) {
   resources->world_size = o.world_size;
   resources->exit_timeout = o.exit_timeout;
   Watchdog::instance().set_job_store(resources->watchdog_store, o.run_id, o.world_size);
+  // Before any op can fail: a launcher that sees this rank die waits for the others' dumps.
+  resources->watchdog_store->add(dump_keys::kRanksThatDump, 1);
   if (resources->server && o.live_monitor && o.world_size > 1) {
     resources->monitor =
         MonitorProcess::start({host, port, token, o.run_id, o.attempt, o.world_size});

@@ -15,6 +15,9 @@ namespace meshrt::dump_keys {
 inline constexpr const char* kDumpSignal = "fr/dump_signal";
 // Ranks done with their dump, written or not; ranks that ended without one are counted for them.
 inline constexpr const char* kDumpsWritten = "fr/dumps_written";
+// Bumped by each rank's init() once its watchdog can dump: meshrun waits for dumps only from a
+// job whose ranks run meshrt, and a rank may fail before it ever published progress.
+inline constexpr const char* kRanksThatDump = "fr/ranks_that_dump";
 // "fr/dump_done/<rank>": who counted `rank` in kDumpsWritten, so that it is counted once.
 inline std::string dump_done(int rank) { return "fr/dump_done/" + std::to_string(rank); }
 
