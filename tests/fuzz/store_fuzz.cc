@@ -27,7 +27,7 @@ namespace {
 
 // How long the client waits for the server to answer and close; a request parked behind
 // pipelined bytes legitimately waits for its own deadline, so this only bounds the harness.
-constexpr int kReplyWaitMs = 200;
+constexpr int kReplyWaitMs = 50;
 
 meshrt::TcpStoreServerOptions small_server(bool with_token) {
   meshrt::TcpStoreServerOptions o;
