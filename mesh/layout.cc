@@ -44,17 +44,7 @@ std::vector<Dim> row_major(std::span<const int64_t> sizes, std::span<const std::
 
 std::vector<Dim> unflatten(const Dim& dim, std::span<const int64_t> sizes,
                            std::span<const std::string> names) {
-  // Consumed from the back (innermost). Adjacent parts that are one contiguous run (a flattened
-  // dp x tp) are merged first, so that any factorization of such a run can be carved from it.
-  std::vector<Part> remaining;
-  for (const Part& p : dim.parts) {
-    if (p.size == 1) continue;
-    if (!remaining.empty() && remaining.back().stride == p.size * p.stride) {
-      remaining.back() = Part{remaining.back().size * p.size, p.stride};
-    } else {
-      remaining.push_back(p);
-    }
-  }
+  std::vector<Part> remaining = dim.parts;  // consumed from the back (innermost)
   std::vector<Dim> out(sizes.size());
   for (size_t i = sizes.size(); i-- > 0;) {
     int64_t need = sizes[i];
