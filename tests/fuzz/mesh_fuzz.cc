@@ -3,9 +3,10 @@
 // Every dim must stay a bijection between (base, coordinate) and positions, an unflattened dim's
 // coordinate must be the mixed-radix number of its new dims' coordinates, and a flattened one
 // that of the dims it joins, as DeviceMesh's groups rely on. The one documented failure is
-// std::invalid_argument from mesh::unflatten, for sizes that do not divide the dim; it must come
-// exactly when their product is not the dim's size. Input: byte 0 the number of dims, one byte
-// per dim size, then up to 8 ops (kind, dim, and for unflatten a count and sizes).
+// std::invalid_argument from mesh::unflatten, for sizes that do not divide the dim's parts; on a
+// dim of one part it must come exactly when their product is not the dim's size. Input: byte 0 the
+// number of dims, one byte per dim size, then up to 8 ops (kind, dim, and for unflatten a count and
+// sizes).
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -66,17 +67,11 @@ void check_dim(const mesh::Dim& d, int64_t positions) {
   }
 }
 
-// Whether the dim's parts are one contiguous run (each stride the size times the stride of the
-// part inside it), as a flattened run of adjacent dims is: such a dim splits into any sizes whose
-// product is its size; others only where the sizes fall on their parts.
-bool contiguous(const mesh::Dim& d) {
-  const mesh::Part* outer = nullptr;
-  for (const mesh::Part& p : d.parts) {
-    if (p.size == 1) continue;
-    if (outer != nullptr && outer->stride != p.size * p.stride) return false;
-    outer = &p;
-  }
-  return true;
+// Parts of the dim that step at all (size 1 parts are no-ops).
+size_t real_parts(const mesh::Dim& d) {
+  size_t n = 0;
+  for (const mesh::Part& p : d.parts) n += p.size != 1 ? 1 : 0;
+  return n;
 }
 
 // The coordinates of `dims` (outermost first) as one mixed-radix number at `p`.
@@ -114,8 +109,10 @@ void layout_ops(Input& in) {
       try {
         parts = mesh::unflatten(dims[i], sizes, names_for(sizes.size(), "u"));
       } catch (const std::invalid_argument&) {
-        check(product(sizes) != dims[i].size() || !contiguous(dims[i]),
-              "unflatten refused sizes that multiply right on a contiguous dim");
+        // A dim of one part splits into any sizes of its size; a flattened one only where the
+        // sizes fall on its parts (tests/mesh_test.cc: a flattened 2 x 3 is not cut into 3 x 2).
+        check(product(sizes) != dims[i].size() || real_parts(dims[i]) > 1,
+              "unflatten refused sizes that multiply right on a one-part dim");
         continue;
       }
       check(product(sizes) == dims[i].size(), "unflatten accepted sizes of another product");

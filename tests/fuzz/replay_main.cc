@@ -1,7 +1,9 @@
 // Replays saved fuzz inputs without libFuzzer (the normal gcc build, suite `fuzz`): every regular
 // file under the given files or directories goes once through LLVMFuzzerTestOneInput, so each
-// corpus input and every crash found earlier is checked on every build. Exits 1 when it found no
-// input at all (a mistyped path must not pass); a finding crashes or aborts the process.
+// corpus input and every crash found earlier is checked on every build. A path after --optional
+// may be missing (a target's regressions/ before its first finding); any other missing path, or
+// no input at all, exits 1. A finding crashes or aborts the process.
+// Usage: replay PATH... [--optional PATH...]
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -16,7 +18,12 @@ namespace fs = std::filesystem;
 
 int main(int argc, char** argv) {
   std::vector<fs::path> inputs;
+  bool optional = false;
   for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--optional") {
+      optional = true;
+      continue;
+    }
     const fs::path root = argv[i];
     if (fs::is_regular_file(root)) {
       inputs.push_back(root);
@@ -24,6 +31,8 @@ int main(int argc, char** argv) {
       for (const auto& e : fs::recursive_directory_iterator(root)) {
         if (e.is_regular_file()) inputs.push_back(e.path());
       }
+    } else if (optional && !fs::exists(root)) {
+      std::fprintf(stderr, "replay: %s does not exist yet: skipped\n", argv[i]);
     } else {
       std::fprintf(stderr, "replay: %s is neither a file nor a directory\n", argv[i]);
       return 1;
