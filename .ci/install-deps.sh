@@ -14,6 +14,7 @@ packages=(
   slurmctld slurmd slurm-client  # tests/srun_test.sh runs a private Slurm on loopback
   chromium    # tests/viewer_test loads the scope-tree viewer in headless Chromium
   prometheus  # tests/exports_test lints the Prometheus export with promtool
+  clang libclang-rt-14-dev  # .ci/fuzz.sh: libFuzzer, ASan and UBSan (tests/fuzz/)
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch gnuplot-nox)

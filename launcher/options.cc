@@ -130,16 +130,20 @@ int parse_nnodes(const std::string& text) {
 }
 
 // CLI11 2.1's Range validators print their whole double range; these say what is wanted.
+// The largest value number_check passes: seconds become int64 milliseconds (to_ms), which inf
+// or 1e300 would overflow into a negative timeout.
+constexpr double kMaxNumber = 1e9;
+
 CLI::Validator number_check(bool zero_allowed) {
   return CLI::Validator(
       [zero_allowed](std::string& text) -> std::string {
         double value = 0;
         const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
         const bool ok = ec == std::errc() && end == text.data() + text.size() &&
-                        (zero_allowed ? value >= 0 : value > 0);
+                        (zero_allowed ? value >= 0 : value > 0) && value <= kMaxNumber;
         return ok ? ""
-                  : fmt::format("'{}' is not a {} number", text,
-                                zero_allowed ? "non-negative" : "positive");
+                  : fmt::format("'{}' is not a {} number up to {:g}", text,
+                                zero_allowed ? "non-negative" : "positive", kMaxNumber);
       },
       zero_allowed ? "NONNEGATIVE" : "POSITIVE");
 }

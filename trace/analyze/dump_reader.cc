@@ -510,7 +510,9 @@ class DumpParser {
   // only by group-local rank to global ranks (sorted(pg ranks)[local], as torchfrtrace maps them).
   void resolve() {
     check_ranks();
-    std::unordered_map<std::string_view, uint32_t> by_name;
+    // Owned keys: a group added below may move the names of those before it (short strings
+    // live inside DumpGroup, which the vector relocates).
+    std::unordered_map<std::string, uint32_t> by_name;
     for (size_t g = 0; g < dump_.groups.size(); ++g) {
       by_name.emplace(dump_.groups[g].name, static_cast<uint32_t>(g));
     }
@@ -519,7 +521,7 @@ class DumpParser {
       DumpEntry& e = dump_.entries[i];
       const Unresolved& u = unresolved_[i];
       const std::string_view name = dump_.symbols[u.group_name];
-      auto it = by_name.find(name);
+      auto it = by_name.find(std::string(name));
       if (it == by_name.end()) {
         if (u.group_ranks.size == 0) {
           throw InputError(

@@ -264,7 +264,9 @@ std::string format_json(const Report& report) {
     j["divergence"] = f.divergence ? divergence_json(*f.divergence) : nullptr;
     out["findings"].push_back(std::move(j));
   }
-  return out.dump() + "\n";
+  // Names come from the dumps, which may hold bytes that are not UTF-8: shown as U+FFFD rather
+  // than thrown on (nlohmann's default).
+  return out.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
 }
 
 std::string format_entries_table(const std::vector<RankDump>& dumps,
