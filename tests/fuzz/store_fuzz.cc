@@ -13,6 +13,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -49,17 +50,28 @@ meshrt::TcpStoreServerOptions small_server(bool with_token) {
 }
 
 int connect_to(uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) std::abort();
-  // Reset on close: no TIME_WAIT left behind by thousands of inputs.
-  const linger no_linger{1, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &no_linger, sizeof(no_linger));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) std::abort();
-  return fd;
+  // Thousands of inputs a second leave as many connections in TIME_WAIT (the harness closes its
+  // half first); a new server's port can meet one of them, and connect() then finds no free
+  // 4-tuple (EADDRNOTAVAIL): a loopback artifact, retried. Anything else is a finding.
+  for (int attempt = 0;; ++attempt) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      std::fprintf(stderr, "store_fuzz: socket: %s\n", std::strerror(errno));
+      std::abort();
+    }
+    const linger no_linger{1, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &no_linger, sizeof(no_linger));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0) return fd;
+    const int error = errno;
+    ::close(fd);
+    if (error == EADDRNOTAVAIL && attempt < 10) continue;
+    std::fprintf(stderr, "store_fuzz: connect to 127.0.0.1:%u: %s\n", port, std::strerror(error));
+    std::abort();
+  }
 }
 
 // Reads until EOF, a reset or the deadline; returns false unless it saw a clean EOF.
