@@ -13,8 +13,9 @@ supp=$PWD/.ci/sanitizers
 case "$kind" in
   asan)
     sanitize=address,undefined
-    # GCC's -Wmaybe-uninitialized misfires on Boost.Beast's parser once ASan reshapes the code
-    # (trace/analyze/http_get.cc): kept as a warning, not an error, in this build only.
+    # GCC's -Wmaybe-uninitialized misfires once ASan reshapes the code (Boost.Beast's parser in
+    # trace/analyze/http_get.cc, std::regex in tests/exports_test.cc): a warning, not an error,
+    # in this build only.
     cpp_args=-Wno-error=maybe-uninitialized
     # handle_segv/sigbus/sigfpe=0 and use_sigaltstack=0: meshrt's own fatal-signal dump
     # (runtime/fatal_signal.h) is installed only where the action is the default, and the tests
@@ -26,7 +27,8 @@ handle_segv=0:handle_sigbus=0:handle_sigfpe=0:use_sigaltstack=0"
     export UBSAN_OPTIONS="halt_on_error=1:abort_on_error=1:print_stacktrace=1:print_summary=1"
     # install: links a consumer without -fsanitize against the instrumented libmeshrt (ASan's
     # runtime then does not come first, and refuses to start); it tests packaging, not memory.
-    excluded=(install)
+    # mpi: not yet run under ASan (OpenMPI's own leaks and noise are untriaged).
+    excluded=(install mpi)
     ;;
   tsan)
     sanitize=thread
@@ -35,7 +37,8 @@ handle_segv=0:handle_sigbus=0:handle_sigfpe=0:use_sigaltstack=0"
     cpp_args=-Wno-tsan
     export TSAN_OPTIONS="halt_on_error=1:abort_on_error=1:second_deadlock_stack=1:\
 suppressions=$supp/tsan.supp:print_suppressions=0"
-    excluded=(install)
+    # mpi: OpenMPI is not instrumented and not yet run under TSan.
+    excluded=(install mpi)
     ;;
   *)
     echo "usage: $0 {asan|tsan} [meson test args...]" >&2
