@@ -62,7 +62,9 @@ TEST(DebugStats, RecordsCarryInputAtEnqueueAndOutputAtCompletion) {
   }
   run_inproc(1, [](Communicator& world) {
     std::vector<float> x(1);
-    EXPECT_FALSE(world.all_reduce(view(x))->record().debug) << "off again";
+    auto work = world.all_reduce(view(x));
+    EXPECT_FALSE(work->record().debug) << "off again";
+    work->wait();  // x must outlive the op (ASan caught the queued op reading it once freed).
   });
 }
 

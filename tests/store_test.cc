@@ -724,11 +724,25 @@ size_t rss_bytes() {
   return 0;
 }
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+// A sanitizer's malloc is not glibc's (mallinfo2 reads 0), ASan's quarantine keeps freed blocks
+// resident on purpose and TSan keeps state per thread, so there the sanitizer counts the heap and
+// RSS bounds nothing of meshrt's.
+extern "C" size_t __sanitizer_get_current_allocated_bytes();
+constexpr bool kRssFollowsTheHeap = false;
+#else
+constexpr bool kRssFollowsTheHeap = true;
+#endif
+
 // Bytes malloc has handed out and not had back, over every thread's arena: unlike RSS, not
 // hidden by memory that earlier tests freed and this one reuses.
 size_t heap_in_use_bytes() {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  return __sanitizer_get_current_allocated_bytes();
+#else
   const struct mallinfo2 info = ::mallinfo2();
   return info.uordblks + info.hblkhd;
+#endif
 }
 
 double mib(size_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
@@ -1097,8 +1111,11 @@ TEST(StoreLoadTest, Serves256ConcurrentClients) {
       "256 clients: RSS %.1f MiB before, %.1f MiB with all parked, %.1f MiB after; "
       "%lld ms\n",
       mib(before), mib(parked), mib(after), static_cast<long long>(took_ms));
-  // The client threads' stacks and connections are the bulk of this.
-  EXPECT_LT(mib_delta(parked, before), 64.0);
+  // The client threads' stacks and connections are the bulk of this (under TSan, its own state
+  // for each of the 256 threads, about 1 MiB each, outweighs them: not bounded there).
+  if (kRssFollowsTheHeap) {
+    EXPECT_LT(mib_delta(parked, before), 64.0);
+  }
 }
 
 TEST(StoreLoadTest, StormOf1000ConnectsLeavesTheServerServingWithBoundedMemory) {
@@ -1158,7 +1175,9 @@ TEST(StoreLoadTest, StormOf1000ConnectsLeavesTheServerServingWithBoundedMemory) 
       "use %+.3f MiB; %lld ms\n",
       mib(before), mib(after), mib_delta(after, before), mib_delta(heap_after, heap_before),
       static_cast<long long>(storm_ms));
-  EXPECT_LT(mib_delta(after, before), 8.0);
+  if (kRssFollowsTheHeap) {
+    EXPECT_LT(mib_delta(after, before), 8.0);
+  }
   EXPECT_LT(mib_delta(heap_after, heap_before), 0.5);  // Nothing is left behind per connection.
   // Still serving, and nothing the visitors sent reached the store.
   EXPECT_EQ(to_string(member.get("k")), "v");

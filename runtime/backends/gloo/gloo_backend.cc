@@ -482,7 +482,8 @@ class GlooBackend : public Backend {
     const size_t bytes = op.output.bytes();
     pair_.resize(2 * bytes);
     char* mine = pair_.data() + bytes * static_cast<size_t>(rank);
-    std::memcpy(mine, op.output.data, bytes);
+    // An empty op has no buffer: memcpy's pointers must not be null even for 0 bytes (UBSan).
+    if (bytes != 0) std::memcpy(mine, op.output.data, bytes);
     auto send_buf = context_->createUnboundBuffer(mine, bytes);
     auto recv_buf = context_->createUnboundBuffer(pair_.data() + bytes * peer, bytes);
     const uint64_t slot = gloo::Slot::build(kOneShotSlotPrefix, tag(op));
