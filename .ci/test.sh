@@ -11,10 +11,10 @@ status=$?
 bash .ci/fuzz.sh 10
 fuzz_status=$?
 ((status == 0)) && status=$fuzz_status
-# Then ThreadSanitizer on the in-process suites (the ASan runs and the rest take hours of build
-# on 2 cores: docs/reliability.md, "Sanitizers", gives their commands).
+# Then ThreadSanitizer on the in-process suites and 4-rank Gloo jobs (the ASan runs and the rest
+# take hours of build on 2 cores: docs/reliability.md, "Sanitizers", gives their commands).
 bash .ci/sanitize.sh tsan unit inproc hooks store mesh scope_tree flight_recorder dump_write \
-  debug_stats thread_stacks
+  debug_stats thread_stacks gloo
 tsan_status=$?
 ((status == 0)) && status=$tsan_status
 python3 - build/meson-logs/testlog.junit.xml build-fuzz/meson-logs/testlog.junit.xml \
