@@ -224,6 +224,24 @@ struct TwoNodeJob {
   ~TwoNodeJob() {
     if (!::testing::Test::HasFailure()) fs::remove_all(dir);  // Kept to look into otherwise.
   }
+  // Kills node `killed`'s meshrun with SIGKILL and waits for the other node's to end: its exit
+  // status, the time from the kill to its end, and its stderr.
+  struct Ending {
+    int code;
+    Clock::duration kill_to_end;
+    std::string err;
+  };
+  Ending kill_agent(int killed) {
+    const int other = 1 - killed;
+    ::kill(node[killed], SIGKILL);
+    const auto killed_at = Clock::now();
+    EXPECT_EQ(wait_exit(node[killed], 10s), -1);
+    const int code = wait_exit(node[other], 60s);
+    const auto kill_to_end = Clock::now() - killed_at;
+    std::printf("node %d's agent killed: node %d ended %.1f s later\n", killed, other,
+                std::chrono::duration<double>(kill_to_end).count());
+    return {code, kill_to_end, read_all(dir / fmt::format("meshrun{}.err", other))};
+  }
   bool dumped(int node_rank, int rank) const {
     return !nlohmann::json::parse(read_all(dir / fmt::format("n{}", node_rank) / "attempt_0" /
                                            fmt::format("fr_trace_{}", rank)),
@@ -235,14 +253,7 @@ struct TwoNodeJob {
 TEST(Faults, KilledAgentOfNodeOneEndsTheJobWithNodeZerosDumps) {
   TwoNodeJob job;
   ASSERT_NO_FATAL_FAILURE(job.start());
-  ::kill(job.node[1], SIGKILL);
-  const auto killed_at = Clock::now();
-  EXPECT_EQ(wait_exit(job.node[1], 10s), -1);
-  const int code = wait_exit(job.node[0], 60s);
-  const auto kill_to_end = Clock::now() - killed_at;
-  std::printf("killed agent: kill to job end %.1f s\n",
-              std::chrono::duration<double>(kill_to_end).count());
-  const std::string err = read_all(job.dir / "meshrun0.err");
+  const auto [code, kill_to_end, err] = job.kill_agent(1);
   EXPECT_EQ(code, 1) << err;
   EXPECT_LE(kill_to_end, 3s + 5s) << err;
   EXPECT_NE(err.find("first failure: node 1 (host "), std::string::npos) << err;
@@ -258,14 +269,7 @@ TEST(Faults, KilledAgentOfNodeOneEndsTheJobWithNodeZerosDumps) {
 TEST(Faults, KilledAgentOfNodeZeroLetsNodeOneDumpAndEnd) {
   TwoNodeJob job;
   ASSERT_NO_FATAL_FAILURE(job.start());
-  ::kill(job.node[0], SIGKILL);
-  const auto killed_at = Clock::now();
-  EXPECT_EQ(wait_exit(job.node[0], 10s), -1);
-  const int code = wait_exit(job.node[1], 60s);
-  const auto kill_to_end = Clock::now() - killed_at;
-  std::printf("killed node-0 agent: kill to node 1's end %.1f s\n",
-              std::chrono::duration<double>(kill_to_end).count());
-  const std::string err = read_all(job.dir / "meshrun1.err");
+  const auto [code, kill_to_end, err] = job.kill_agent(0);
   EXPECT_NE(code, 0) << err;
   EXPECT_LE(kill_to_end, 8s) << err;
   EXPECT_NE(err.find("lost node 0's store: asking ranks 2, 3 to dump through their pipes"),
