@@ -1,5 +1,6 @@
-// The Gloo backend with real processes on loopback: every collective x dtype x reduce op at 2, 3
-// and 4 ranks (all_reduce both one-shot and ring), p2p and split, and a peer that dies mid-job.
+// The Gloo backend with real processes on loopback: every collective x dtype x reduce op at 2, 3,
+// 4 and 8 ranks (all_reduce both by recursive doubling and by the ring), p2p and split, and a
+// peer that dies mid-job.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -18,8 +19,8 @@
 namespace meshrt::testing {
 namespace {
 
-// World size, and MESHRT_GLOO_ONESHOT_MAX_BYTES ("" = default: 2-rank small all_reduces go
-// one-shot; "0" = Gloo's ring for every size).
+// World size, and MESHRT_GLOO_ONESHOT_MAX_BYTES ("" = default: small all_reduces of 2, 4 and 8
+// ranks go by recursive doubling, of 3 ranks by Gloo's ring; "0" = the ring for every size).
 class GlooWorld : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
 
 TEST_P(GlooWorld, EveryCollectiveDtypeReduceOpP2PAndSplit) {
@@ -37,7 +38,8 @@ TEST_P(GlooWorld, EveryCollectiveDtypeReduceOpP2PAndSplit) {
 
 INSTANTIATE_TEST_SUITE_P(Sizes, GlooWorld,
                          ::testing::Values(std::tuple{2, ""}, std::tuple{3, ""}, std::tuple{4, ""},
-                                           std::tuple{2, "0"}));
+                                           std::tuple{8, ""}, std::tuple{2, "0"},
+                                           std::tuple{4, "0"}));
 
 TEST(Gloo, PeerKilledMidJobFailsTheOthersWithinTheTimeout) {
   const auto start = std::chrono::steady_clock::now();

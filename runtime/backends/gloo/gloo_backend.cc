@@ -16,6 +16,7 @@
 #include <gloo/transport/tcp/device.h>
 #include <signal.h>
 
+#include <bit>
 #include <cstring>
 #include <mutex>
 #include <numeric>
@@ -208,10 +209,11 @@ class GlooBackend : public Backend {
     };
     switch (op.kind) {
       case OpKind::kAllReduce:
-        // Two ranks only: with 4 ranks on 2 cores the one-shot's burst of messages made the median
-        // 3-4x slower than the ring (docs/performance.md).
-        if (n == 2 && op.output.bytes() <= one_shot_max_bytes_) {
-          all_reduce_one_shot(op);
+        // Power-of-two groups only: elsewhere recursive doubling needs extra steps to fold the
+        // surplus ranks in, and an all-to-all one-shot's burst of messages made the 4-rank
+        // median 3-4x slower than the ring on 2 cores (docs/performance.md).
+        if (std::has_single_bit(n) && n > 1 && op.output.bytes() <= one_shot_max_bytes_) {
+          all_reduce_recursive_doubling(op);
           return;
         }
         with_type(dtype, [&](auto t) {
@@ -473,29 +475,38 @@ class GlooBackend : public Backend {
     if (op.reduce_op == ReduceOp::kAvg) divide_elements(dtype, op.output.data, count, n);
   }
 
-  // Small 2-rank all_reduce in one exchange instead of the ring's two (same bytes sent): each
-  // rank sends its buffer to the other and reduces both locally as rank 0's op rank 1's, so
-  // both compute the same bits.
-  void all_reduce_one_shot(const Op& op) {
+  // Small all_reduce on a power-of-two group by recursive doubling: in round k each rank swaps
+  // its partial result with rank ^ 2^k and both reduce the pair, so every rank ends with the same
+  // bits. The pair goes in rank order (lower op higher): the ops commute, but not NaN payloads
+  // or min/max of a NaN. log2(n) dependent exchanges of the whole buffer, where Gloo's ring takes
+  // 2(n-1) of a block each: one instead of two at 2 ranks, two instead of six at 4. Every round's
+  // peer is another rank, so one slot serves them all.
+  void all_reduce_recursive_doubling(const Op& op) {
     const int rank = context_->rank;
-    const int peer = 1 - rank;
+    const int n = context_->size;
     const size_t bytes = op.output.bytes();
+    const DType dtype = op.output.dtype;
     pair_.resize(2 * bytes);
-    char* mine = pair_.data() + bytes * static_cast<size_t>(rank);
-    // An empty op has no buffer: memcpy's pointers must not be null even for 0 bytes (UBSan).
-    if (bytes != 0) std::memcpy(mine, op.output.data, bytes);
+    char* mine = pair_.data();
+    char* theirs = pair_.data() + bytes;
     auto send_buf = context_->createUnboundBuffer(mine, bytes);
-    auto recv_buf = context_->createUnboundBuffer(pair_.data() + bytes * peer, bytes);
+    auto recv_buf = context_->createUnboundBuffer(theirs, bytes);
     const uint64_t slot = gloo::Slot::build(kOneShotSlotPrefix, tag(op));
     const auto deadline = std::chrono::steady_clock::now() + gloo_timeout(op);
-    recv_buf->recv(peer, slot);
-    send_buf->send(peer, slot);
-    recv_buf->waitRecv(deadline);
-    const DType dtype = op.output.dtype;
-    reduce_elements(dtype, op.reduce_op, op.output.data, pair_.data(), pair_.data() + bytes,
-                    op.output.count);
-    if (op.reduce_op == ReduceOp::kAvg) divide_elements(dtype, op.output.data, op.output.count, 2);
-    send_buf->waitSend(deadline);
+    for (int bit = 1; bit < n; bit <<= 1) {
+      const int peer = rank ^ bit;
+      // An empty op has no buffer: memcpy's pointers must not be null even for 0 bytes (UBSan).
+      if (bytes != 0) std::memcpy(mine, op.output.data, bytes);
+      recv_buf->recv(peer, slot);
+      send_buf->send(peer, slot);
+      recv_buf->waitRecv(deadline);
+      const bool lower = (rank & bit) == 0;
+      reduce_elements(dtype, op.reduce_op, op.output.data, lower ? mine : theirs,
+                      lower ? theirs : mine, op.output.count);
+      // The next round overwrites `mine`.
+      send_buf->waitSend(deadline);
+    }
+    if (op.reduce_op == ReduceOp::kAvg) divide_elements(dtype, op.output.data, op.output.count, n);
   }
 
   std::shared_ptr<Store> store_;
@@ -503,7 +514,7 @@ class GlooBackend : public Backend {
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> context_;
   const size_t one_shot_max_bytes_;  // GlooConfig::one_shot_max_bytes.
-  std::vector<char> pair_;           // The one-shot all_reduce's two buffers, rank 0's first.
+  std::vector<char> pair_;           // Recursive doubling's buffers: this rank's, the peer's.
   std::vector<char> acc_[2];         // Reused across ops.
   std::vector<char> recv_;
   std::vector<char> scratch_;
