@@ -19,8 +19,9 @@
 namespace meshrt::testing {
 namespace {
 
-// World size, and MESHRT_GLOO_ONESHOT_MAX_BYTES ("" = default: small all_reduces of 2, 4 and 8
-// ranks go by recursive doubling, of 3 ranks by Gloo's ring; "0" = the ring for every size).
+// World size, and MESHRT_GLOO_ONESHOT_MAX_BYTES ("" = default: small all_reduces of 2 ranks, and
+// of 4 and 8 ranks from 2n elements, go by recursive doubling, the rest by Gloo's ring; "0" = the
+// ring for every size).
 class GlooWorld : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
 
 TEST_P(GlooWorld, EveryCollectiveDtypeReduceOpP2PAndSplit) {

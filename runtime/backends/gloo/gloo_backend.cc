@@ -36,6 +36,18 @@ constexpr uint8_t kP2PHeaderSlotPrefix = 0x22;
 constexpr uint8_t kReduceScatterSlotPrefix = 0x21;
 constexpr uint8_t kOneShotSlotPrefix = 0x23;
 
+// Whether an all_reduce runs by recursive doubling (log2(n) exchanges) rather than Gloo's ring
+// (2(n-1) steps). Power-of-two groups only: elsewhere the surplus ranks need extra steps. Above 2
+// ranks, only once the ring's segments hold data (count >= 2n): below that Gloo's ring skips its
+// empty segments and the data moves as one token, one rank awake at a time, while recursive
+// doubling wakes every rank at once, which costs a scheduler tick per op when ranks outnumber
+// cores (4 ranks on 2 cores, 8 B: 3.0 ms against the ring's 0.3 ms; from 4 KiB to 256 KiB it
+// gave 1.3-3.2x the ring's busbw: docs/performance.md).
+bool recursive_doubling_fits(size_t n, size_t count, size_t bytes, size_t max_bytes) {
+  if (n < 2 || !std::has_single_bit(n) || bytes > max_bytes) return false;
+  return n == 2 || count >= 2 * n;
+}
+
 // The most a collective keeps of its timeout for comparing signatures after Gloo failed
 // (gloo_diagnose): peers that passed other sizes time out or see the pairs close at about the same
 // moment. Kept back from Gloo's own timeout, so that the op still ends by its deadline.
@@ -209,10 +221,7 @@ class GlooBackend : public Backend {
     };
     switch (op.kind) {
       case OpKind::kAllReduce:
-        // Power-of-two groups only: elsewhere recursive doubling needs extra steps to fold the
-        // surplus ranks in, and an all-to-all one-shot's burst of messages made the 4-rank
-        // median 3-4x slower than the ring on 2 cores (docs/performance.md).
-        if (std::has_single_bit(n) && n > 1 && op.output.bytes() <= one_shot_max_bytes_) {
+        if (recursive_doubling_fits(n, op.output.count, op.output.bytes(), one_shot_max_bytes_)) {
           all_reduce_recursive_doubling(op);
           return;
         }

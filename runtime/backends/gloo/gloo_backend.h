@@ -23,10 +23,10 @@ struct GlooConfig {
   int rank = 0;
   int size = 1;
   std::chrono::milliseconds timeout{0};
-  // An all_reduce of at most this many bytes on a group of 2, 4, 8, ... ranks runs by
-  // recursive doubling (log2(n) exchanges of the whole buffer; one at 2 ranks) instead of
-  // Gloo's ring (2(n-1) steps); 0 = always the ring. Inherited by splits. Default:
-  // MESHRT_GLOO_ONESHOT_MAX_BYTES, else 256 KiB.
+  // An all_reduce of at most this many bytes on a group of 2, 4, 8, ... ranks (above 2, of at
+  // least 2n elements) runs by recursive doubling (log2(n) exchanges of the whole buffer; one at
+  // 2 ranks) instead of Gloo's ring (2(n-1) steps); 0 = always the ring. Inherited by splits.
+  // Default: MESHRT_GLOO_ONESHOT_MAX_BYTES, else 256 KiB.
   size_t one_shot_max_bytes = gloo_one_shot_max_bytes_from_env();
 };
 
