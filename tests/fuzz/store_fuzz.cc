@@ -29,6 +29,9 @@ namespace {
 // How long the client waits for the server to answer and close; a request parked behind
 // pipelined bytes legitimately waits for its own deadline, so this only bounds the harness.
 constexpr int kReplyWaitMs = 50;
+// How long an interrupted connect() may take to finish over loopback (it is immediate unless the
+// machine is starved).
+constexpr int kConnectWaitMs = 5000;
 
 meshrt::TcpStoreServerOptions small_server(bool with_token) {
   meshrt::TcpStoreServerOptions o;
@@ -49,6 +52,21 @@ meshrt::TcpStoreServerOptions small_server(bool with_token) {
   return o;
 }
 
+// The outcome of a connect() that a signal interrupted (libFuzzer's timers): the kernel goes on
+// connecting, so wait for the socket to become writable and read the result; 0 = connected.
+int finish_interrupted_connect(int fd) {
+  pollfd p{fd, POLLOUT, 0};
+  int ready;
+  do {
+    ready = ::poll(&p, 1, kConnectWaitMs);
+  } while (ready < 0 && errno == EINTR);
+  if (ready <= 0) return ready == 0 ? ETIMEDOUT : errno;
+  int error = 0;
+  socklen_t length = sizeof(error);
+  if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) != 0) return errno;
+  return error;
+}
+
 int connect_to(uint16_t port) {
   // Thousands of inputs a second leave as many connections in TIME_WAIT (the harness closes its
   // half first); a new server's port can meet one of them, and connect() then finds no free
@@ -66,7 +84,9 @@ int connect_to(uint16_t port) {
     addr.sin_port = htons(port);
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0) return fd;
-    const int error = errno;
+    int error = errno;
+    if (error == EINTR) error = finish_interrupted_connect(fd);
+    if (error == 0) return fd;
     ::close(fd);
     if (error == EADDRNOTAVAIL && attempt < 10) continue;
     std::fprintf(stderr, "store_fuzz: connect to 127.0.0.1:%u: %s\n", port, std::strerror(error));
