@@ -42,7 +42,7 @@ constexpr uint8_t kOneShotSlotPrefix = 0x23;
 // empty segments and the data moves as one token, one rank awake at a time, while recursive
 // doubling wakes every rank at once, which costs a scheduler tick per op when ranks outnumber
 // cores (4 ranks on 2 cores, 8 B: 3.0 ms against the ring's 0.3 ms; from 4 KiB to 256 KiB it
-// gave 1.3-3.2x the ring's busbw: docs/performance.md).
+// gave 1.1-3.2x the ring's busbw over two runs: docs/performance.md).
 bool recursive_doubling_fits(size_t n, size_t count, size_t bytes, size_t max_bytes) {
   if (n < 2 || !std::has_single_bit(n) || bytes > max_bytes) return false;
   return n == 2 || count >= 2 * n;
