@@ -35,8 +35,11 @@ handle_segv=0:handle_sigbus=0:handle_sigfpe=0:use_sigaltstack=0"
     # TSan does not model std::atomic_thread_fence; only Boost.Asio's handler fences use one
     # (meshrt's own code has none), and they sit behind the scheduler's mutex anyway.
     cpp_args=-Wno-tsan
+    # handle_segv/sigbus/sigfpe=0 and use_sigaltstack=0: as under ASan, so that meshrt's own
+    # fatal-signal dump is installed and tested (launcher, faults_segv).
     export TSAN_OPTIONS="halt_on_error=1:abort_on_error=1:second_deadlock_stack=1:\
-suppressions=$supp/tsan.supp:print_suppressions=0"
+suppressions=$supp/tsan.supp:print_suppressions=0:\
+handle_segv=0:handle_sigbus=0:handle_sigfpe=0:use_sigaltstack=0"
     # mpi: OpenMPI is not instrumented and not yet run under TSan.
     excluded=(install mpi)
     ;;
