@@ -116,12 +116,14 @@ class EchoServer {
       while (true) {
         const int c = ::accept(fd_, nullptr, nullptr);
         if (c < 0) return;
-        std::thread([this, c] {
-          std::string buf(frame_, '\0');
+        // The frame size by value, not `this`: a detached connection thread still reads it after
+        // its client closed, when the server may already be destroyed (a race TSan caught).
+        std::thread([c, frame = frame_] {
+          std::string buf(frame, '\0');
           try {
             while (true) {
-              read_all(c, buf.data(), frame_);
-              write_all(c, buf.data(), frame_);
+              read_all(c, buf.data(), frame);
+              write_all(c, buf.data(), frame);
             }
           } catch (const std::exception&) {
           }

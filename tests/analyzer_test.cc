@@ -1155,12 +1155,16 @@ class AnalyzerHostileTest : public AnalyzerTest {
   // allocation sized by a crafted number fails the test instead of swapping the machine.
   HostileRun analyze() const {
     const fs::path err = dir_.string() + ".stderr";
-#ifdef __SANITIZE_ADDRESS__
+#if defined(__SANITIZE_ADDRESS__)
     // ASan reserves terabytes of shadow address space, so no `ulimit -v` lets it start: its own
     // allocator caps instead (any one allocation, and the resident set, at 1 GiB; over: abort).
     const char* cap =
         "ASAN_OPTIONS=\"$ASAN_OPTIONS:max_allocation_size_mb=1024:hard_rss_limit_mb=1024\"; "
         "export ASAN_OPTIONS;";
+#elif defined(__SANITIZE_THREAD__)
+    // Likewise TSan's shadow memory: its allocator refuses any one allocation over 1 GiB (abort).
+    const char* cap =
+        "TSAN_OPTIONS=\"$TSAN_OPTIONS:max_allocation_size_mb=1024\"; export TSAN_OPTIONS;";
 #else
     const char* cap = "ulimit -v 1048576;";
 #endif

@@ -8,7 +8,9 @@
 #include <climits>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <numeric>
+#include <utility>
 #include <vector>
 
 #include "runtime/backends/mpi/mpi_types.h"
@@ -42,6 +44,17 @@ void configure_comm(MPI_Comm comm, const std::string& name) {
   MPI_Comm_set_name(comm, shown.c_str());
 }
 
+// Keeps an abandoned collective's buffers for the rest of the process: MPI may still write into
+// them. They stay reachable from this static list (moving the vectors keeps their storage), so
+// that LeakSanitizer sees memory kept on purpose, not a leak.
+void keep_forever(std::vector<std::vector<int>> ints, std::vector<char> scratch) {
+  static std::mutex mu;
+  static auto* kept =
+      new std::vector<std::pair<std::vector<std::vector<int>>, std::vector<char>>>();
+  std::lock_guard<std::mutex> lock(mu);
+  kept->emplace_back(std::move(ints), std::move(scratch));
+}
+
 // One launched op: its requests and what must happen when they complete (a copy out of scratch
 // space, avg's division, checking received sizes). Blocking ops are finished at launch.
 class MpiPendingOp final : public PendingOp {
@@ -52,10 +65,7 @@ class MpiPendingOp final : public PendingOp {
     if (!abandoned_) return;
     // MPI may still write into these after an abandoned collective: keep them alive forever
     // (the communicator is aborted; no MPI call can cancel a collective).
-    auto* kept = new std::vector<std::vector<int>>(std::move(ints_));
-    auto* scratch = new std::vector<char>(std::move(scratch_));
-    (void)kept;
-    (void)scratch;
+    keep_forever(std::move(ints_), std::move(scratch_));
   }
 
   // A new request slot for the non-blocking call.
