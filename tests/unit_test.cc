@@ -19,6 +19,7 @@
 #include "trace/env.h"
 #include "trace/scope.h"
 #include "trace/tracer.h"
+#include "trace/utf8.h"
 
 namespace meshrt {
 namespace {
@@ -589,6 +590,37 @@ class ScopedEnv {
                                          "PMIX_RANK"};
   std::vector<std::pair<std::string, std::string>> saved_;
 };
+
+// What Python's strict decoder accepts, byte for byte (Unicode's table 3-7): dumps must load there.
+TEST(Utf8, WellFormedTable) {
+  struct Case {
+    std::string_view bytes;
+    bool valid;
+    std::string_view repaired;
+  };
+  const Case cases[] = {
+      {"plain", true, "plain"},
+      {"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80", true, "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80"},
+      {"a\xff"
+       "b",
+       false,
+       "a\xef\xbf\xbd"
+       "b"},                                            // Never a lead byte.
+      {"\x80", false, "\xef\xbf\xbd"},                  // A stray continuation byte.
+      {"\xc3", false, "\xef\xbf\xbd"},                  // Truncated.
+      {"\xc0\x80", false, "\xef\xbf\xbd\xef\xbf\xbd"},  // Overlong NUL.
+      {"\xe0\x80\x80", false, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},  // Overlong.
+      {"\xed\xa0\x80", false, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},  // A surrogate, U+D800.
+      {"\xf4\x90\x80\x80", false,
+       "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},  // Past U+10FFFF.
+      {"\xf4\x8f\xbf\xbf", true, "\xf4\x8f\xbf\xbf"},        // U+10FFFF itself.
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(trace::is_utf8(c.bytes), c.valid) << testing::PrintToString(std::string(c.bytes));
+    EXPECT_EQ(trace::repaired_utf8(c.bytes), c.repaired)
+        << testing::PrintToString(std::string(c.bytes));
+  }
+}
 
 TEST(InitEnv, Torchrun) {
   ScopedEnv env({{"RANK", "3"},

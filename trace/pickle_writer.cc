@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "trace/utf8.h"
+
 namespace meshrt::trace {
 namespace {
 
@@ -88,43 +90,6 @@ class Encoder {
     out_ += 'X';
     little_endian(valid.size(), 4);
     out_ += valid;
-  }
-
-  // Length of the valid UTF-8 sequence at s[i], or 0.
-  static size_t utf8_sequence(const std::string& s, size_t i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    const size_t n = c < 0x80           ? 1
-                     : (c >> 5) == 0x6  ? 2
-                     : (c >> 4) == 0xe  ? 3
-                     : (c >> 3) == 0x1e ? 4
-                                        : 0;
-    if (n == 0 || i + n > s.size()) return 0;
-    for (size_t k = 1; k < n; ++k) {
-      if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return 0;
-    }
-    return n;
-  }
-  static bool is_utf8(const std::string& s) {
-    for (size_t i = 0; i < s.size();) {
-      const size_t n = utf8_sequence(s, i);
-      if (n == 0) return false;
-      i += n;
-    }
-    return true;
-  }
-  static std::string repaired_utf8(const std::string& s) {
-    std::string out;
-    for (size_t i = 0; i < s.size();) {
-      const size_t n = utf8_sequence(s, i);
-      if (n == 0) {
-        out += "\xef\xbf\xbd";  // U+FFFD
-        ++i;
-      } else {
-        out.append(s, i, n);
-        i += n;
-      }
-    }
-    return out;
   }
 
   const std::set<std::string>& tuple_keys_;

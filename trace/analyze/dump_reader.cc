@@ -511,8 +511,8 @@ class DumpParser {
   void resolve() {
     check_ranks();
     // Owned keys: a group added below may move the names of those before it (short strings
-    // live inside DumpGroup, which the vector relocates).
-    std::unordered_map<std::string, uint32_t> by_name;
+    // live inside DumpGroup, which the vector relocates). Looked up without a copy.
+    std::unordered_map<std::string, uint32_t, StringHash, std::equal_to<>> by_name;
     for (size_t g = 0; g < dump_.groups.size(); ++g) {
       by_name.emplace(dump_.groups[g].name, static_cast<uint32_t>(g));
     }
@@ -521,7 +521,7 @@ class DumpParser {
       DumpEntry& e = dump_.entries[i];
       const Unresolved& u = unresolved_[i];
       const std::string_view name = dump_.symbols[u.group_name];
-      auto it = by_name.find(std::string(name));
+      auto it = by_name.find(name);
       if (it == by_name.end()) {
         if (u.group_ranks.size == 0) {
           throw InputError(

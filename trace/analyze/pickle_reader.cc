@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "trace/utf8.h"
+
 namespace meshrt::trace {
 namespace {
 
@@ -510,39 +512,6 @@ class Reader {
     if (depth > kMaxDepth) fail("nested too deeply (or a self-containing structure)");
     if (budget_-- == 0) fail("memo references expand beyond any real dump");
     return nodes_[index];
-  }
-
-  // Whether `s` is well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
-  static bool is_utf8(std::string_view s) {
-    size_t i = 0;
-    while (i < s.size()) {
-      const auto c = static_cast<unsigned char>(s[i]);
-      size_t n = 0;
-      unsigned char lo = 0x80, hi = 0xBF;  // The range of the byte after the lead byte.
-      if (c < 0x80) {
-        ++i;
-        continue;
-      } else if (c >= 0xC2 && c <= 0xDF) {
-        n = 1;
-      } else if (c >= 0xE0 && c <= 0xEF) {
-        n = 2;
-        if (c == 0xE0) lo = 0xA0;
-        if (c == 0xED) hi = 0x9F;
-      } else if (c >= 0xF0 && c <= 0xF4) {
-        n = 3;
-        if (c == 0xF0) lo = 0x90;
-        if (c == 0xF4) hi = 0x8F;
-      } else {
-        return false;
-      }
-      if (s.size() - i - 1 < n) return false;
-      for (size_t k = 1; k <= n; ++k) {
-        const auto b = static_cast<unsigned char>(s[i + k]);
-        if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xBF)) return false;
-      }
-      i += n + 1;
-    }
-    return true;
   }
 
   static void append_json_string(std::string_view s, std::string& out) {
