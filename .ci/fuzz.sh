@@ -3,7 +3,7 @@
 # need) into build-fuzz and runs each for SECONDS (default 10) from its corpus and regressions
 # (suite 'fuzz'). New inputs go to build-fuzz/tests/fuzz/found/<target>/, crashes to
 # build-fuzz/tests/fuzz/artifacts/<target>/: copy one into tests/fuzz/regressions/<target>/
-# once fixed. The last line is "fuzz: N passed, N failed"; the exit status is meson test's.
+# once fixed. The exit status is meson test's (.ci/test.sh folds its results into its tests line).
 # Usage: .ci/fuzz.sh [SECONDS]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -20,22 +20,3 @@ else
 fi
 ninja -C "$build" -j2 || exit 1
 meson test -C "$build" --suite fuzz --print-errorlogs --num-processes 2
-status=$?
-python3 - "$build/meson-logs/testlog.json" <<'PY'
-import json
-import sys
-
-passed = failed = 0
-try:
-    with open(sys.argv[1]) as f:
-        for line in f:
-            result = json.loads(line).get("result")
-            if result == "OK":
-                passed += 1
-            elif result not in ("SKIP", None):
-                failed += 1
-except OSError as e:
-    print(f"fuzz: could not read the test log: {e}", file=sys.stderr)
-print(f"fuzz: {passed} passed, {failed} failed")
-PY
-exit $status

@@ -10,6 +10,16 @@ cd "$(dirname "$0")/.."
 kind=${1:-}
 shift || true
 supp=$PWD/.ci/sanitizers
+# Every finding stops the process (so its test fails). handle_segv/sigbus/sigfpe=0 and
+# use_sigaltstack=0: meshrt's own fatal-signal dump (runtime/fatal_signal.h) is installed only
+# where the action is the default, and the tests check it (SIGSEGV in user code, stack overflow
+# on meshrt's 256 KiB signal stack). Memory errors are still caught by the instrumentation; a
+# wild SIGSEGV still fails the test.
+halt="halt_on_error=1:abort_on_error=1"
+signals="handle_segv=0:handle_sigbus=0:handle_sigfpe=0:use_sigaltstack=0"
+# install: links a consumer without -fsanitize against the instrumented libmeshrt (ASan's runtime
+# then does not come first, and refuses to start); it tests packaging, not memory.
+excluded=(install)
 case "$kind" in
   asan)
     sanitize=address,undefined
@@ -17,33 +27,21 @@ case "$kind" in
     # trace/analyze/http_get.cc, std::regex in tests/exports_test.cc): a warning, not an error,
     # in this build only.
     cpp_args=-Wno-error=maybe-uninitialized
-    # handle_segv/sigbus/sigfpe=0 and use_sigaltstack=0: meshrt's own fatal-signal dump
-    # (runtime/fatal_signal.h) is installed only where the action is the default, and the tests
-    # check it (SIGSEGV in user code, stack overflow on meshrt's 256 KiB signal stack). Memory
-    # errors are still caught by ASan's instrumentation; a wild SIGSEGV still fails the test.
-    export ASAN_OPTIONS="halt_on_error=1:abort_on_error=1:detect_leaks=1:print_summary=1:\
-handle_segv=0:handle_sigbus=0:handle_sigfpe=0:use_sigaltstack=0"
+    export ASAN_OPTIONS="$halt:detect_leaks=1:print_summary=1:$signals"
     export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
-    export UBSAN_OPTIONS="halt_on_error=1:abort_on_error=1:print_stacktrace=1:print_summary=1"
-    # install: links a consumer without -fsanitize against the instrumented libmeshrt (ASan's
-    # runtime then does not come first, and refuses to start); it tests packaging, not memory.
+    export UBSAN_OPTIONS="$halt:print_stacktrace=1:print_summary=1"
     # mpi runs: tests/mpi_test.cc gives its ranks the options that let lsan.supp name OpenMPI's
     # kept memory.
-    excluded=(install)
     ;;
   tsan)
     sanitize=thread
     # TSan does not model std::atomic_thread_fence; only Boost.Asio's handler fences use one
     # (meshrt's own code has none), and they sit behind the scheduler's mutex anyway.
     cpp_args=-Wno-tsan
-    # handle_segv/sigbus/sigfpe=0 and use_sigaltstack=0: as under ASan, so that meshrt's own
-    # fatal-signal dump is installed and tested (launcher, faults_segv).
-    export TSAN_OPTIONS="halt_on_error=1:abort_on_error=1:second_deadlock_stack=1:\
-suppressions=$supp/tsan.supp:print_suppressions=0:\
-handle_segv=0:handle_sigbus=0:handle_sigfpe=0:use_sigaltstack=0"
-    # install: as under ASan, it tests packaging with an uninstrumented consumer. mpi runs: its
-    # ranks are instrumented (mpirun passes TSAN_OPTIONS on); OpenMPI is not, and reported nothing.
-    excluded=(install)
+    export TSAN_OPTIONS="$halt:second_deadlock_stack=1:\
+suppressions=$supp/tsan.supp:print_suppressions=0:$signals"
+    # mpi runs: its ranks are instrumented (mpirun passes TSAN_OPTIONS on); OpenMPI is not, and
+    # reported nothing.
     ;;
   *)
     echo "usage: $0 {asan|tsan} [meson test args...]" >&2

@@ -37,13 +37,6 @@ struct LocalRank {
 
 namespace {
 
-// Whether the attempt's ranks run meshrt (init() counts each in the job's store): only then can
-// they dump, and does a failure wait for their dumps.
-bool ranks_run_meshrt(Store& job) {
-  const std::string k = dump_keys::kRanksThatDump;
-  return job.check({&k, 1});
-}
-
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
@@ -479,8 +472,10 @@ void Agent::monitor(int attempt, std::vector<LocalRank>& ranks, Store& job) {
   // of meshrt), then stops this node's ranks and asks the other agents to stop theirs.
   auto fail_job = [&](const Failure& f, const std::string& what) {
     publish_failure(attempt, f);
-    const bool meshrt_ranks =
-        f.exit.exit_code == kWatchdogExitCode || dump_requested(job) || ranks_run_meshrt(job);
+    // The ranks run meshrt when init() counted them in the job's store: only then can they dump,
+    // and does a failure wait for their dumps.
+    const bool meshrt_ranks = f.exit.exit_code == kWatchdogExitCode || dump_requested(job) ||
+                              has_key(job, dump_keys::kRanksThatDump);
     if (meshrt_ranks) {
       // Any failure (a watchdog's, or a rank or node lost before a watchdog could act): every
       // surviving rank dumps before it is stopped. Their watchdogs poll this signal, as they

@@ -1151,8 +1151,9 @@ class AnalyzerHostileTest : public AnalyzerTest {
     job.recv(1, "world", 0, 8);
     job.write(dir_);
   }
-  // meshtrace analyze on the directory, its address space capped at 1 GiB so that an
-  // allocation sized by a crafted number fails the test instead of swapping the machine.
+  // meshtrace analyze on the directory, its memory capped at 1 GiB (the address space; under a
+  // sanitizer, its allocator's limits) so that an allocation sized by a crafted number fails the
+  // test instead of swapping the machine.
   HostileRun analyze() const {
     const fs::path err = dir_.string() + ".stderr";
 #if defined(__SANITIZE_ADDRESS__)

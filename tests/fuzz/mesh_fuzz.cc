@@ -7,7 +7,6 @@
 // dim of one part it must come exactly when their product is not the dim's size. Input: byte 0 the
 // number of dims, one byte per dim size, then up to 8 ops (kind, dim, and for unflatten a count and
 // sizes).
-#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -98,8 +97,9 @@ void layout_ops(Input& in) {
   const int64_t positions = product(shape);
   if (positions > kMaxPositions) return;
   std::vector<mesh::Dim> dims = mesh::row_major(shape, names_for(shape.size(), "d"));
+  // Each op's new dims are checked where they are made; the others do not change.
+  for (const mesh::Dim& d : dims) check_dim(d, positions);
   for (int op = 0; op < 8 && !in.empty(); ++op) {
-    for (const mesh::Dim& d : dims) check_dim(d, positions);
     const uint8_t kind = in.byte();
     const size_t i = in.byte() % dims.size();
     if (kind % 2 == 0) {

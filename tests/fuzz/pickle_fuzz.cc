@@ -19,15 +19,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     dom_ok = true;
   } catch (const meshrt::trace::PickleError&) {
   }
+  bool text_ok = false;
   try {
     const std::string text = meshrt::trace::pickle_to_json_text(bytes);
     if (!nlohmann::json::accept(text)) {
       std::fprintf(stderr, "pickle_fuzz: pickle_to_json_text emitted text that is not JSON\n");
       std::abort();
     }
+    text_ok = true;
   } catch (const meshrt::trace::PickleError&) {
-    // The two forms share one grammar: one cannot reject what the other accepted.
-    if (dom_ok) std::abort();
+  }
+  // The two forms share one grammar: neither may reject what the other accepted.
+  if (dom_ok != text_ok) {
+    std::fprintf(stderr, "pickle_fuzz: read_pickle %s what pickle_to_json_text %s\n",
+                 dom_ok ? "accepted" : "rejected", text_ok ? "accepted" : "rejected");
+    std::abort();
   }
   return 0;
 }

@@ -106,7 +106,10 @@ bool read_all(int fd, std::string& out) {
     if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
     const ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
     if (n == 0) return true;
-    if (n < 0) return errno == EINTR ? read_all(fd, out) : false;
+    if (n < 0) {
+      if (errno == EINTR) continue;  // Within the same deadline.
+      return false;
+    }
     out.append(buffer, static_cast<size_t>(n));
   }
 }
@@ -130,8 +133,9 @@ bool whole_replies(const std::string& stream) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const bool quiet = [] { return ::setenv("MESHRT_LOG_LEVEL", "off", 0) == 0; }();
-  (void)quiet;
+  [[maybe_unused]] static const bool quiet = [] {
+    return ::setenv("MESHRT_LOG_LEVEL", "off", 0) == 0;
+  }();
   if (size == 0) return 0;
   meshrt::TcpStoreServer server(small_server((data[0] & 1) != 0));
   const int fd = connect_to(server.port());

@@ -63,8 +63,7 @@ class MpiPendingOp final : public PendingOp {
 
   ~MpiPendingOp() override {
     if (!abandoned_) return;
-    // MPI may still write into these after an abandoned collective: keep them alive forever
-    // (the communicator is aborted; no MPI call can cancel a collective).
+    // The communicator is aborted, and no MPI call can cancel a collective.
     keep_forever(std::move(ints_), std::move(scratch_));
   }
 
