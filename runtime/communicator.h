@@ -214,7 +214,8 @@ class Communicator {
 
   // Fails every op not started yet, and every later one, with kAborted. Any thread may call it.
   // An op already running ends as its backend allows: in-process fails it (and the peers' ops)
-  // with kPeerFailure; Gloo cannot interrupt it, so it ends at its timeout.
+  // with kPeerFailure; Gloo fails one through shared memory with kAborted, but cannot interrupt
+  // one over TCP, which ends at its timeout.
   void abort() noexcept;
 
   // Registers `hook` to run before each later op of this communicator is numbered and launched

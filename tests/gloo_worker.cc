@@ -73,6 +73,35 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "FAIL rank %d: all_reduce succeeded after a peer died\n", world->rank());
       return 1;
     }
+    if (scenario == "abort") {
+      // Rank 0 enters a small all_reduce that rank 1 never joins, and another thread aborts
+      // rank 0's communicator 200 ms later. Through shared memory the op fails at once with
+      // kAborted (over TCP it would run to its 20 s timeout). Rank 1 stays alive meanwhile, so
+      // that the op cannot fail for a peer that exited.
+      if (world->rank() == 1) {
+        std::this_thread::sleep_for(std::chrono::seconds(3));
+        return 0;
+      }
+      std::vector<float> x(8, 1.0f);
+      std::thread aborter([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        world->abort();
+      });
+      const auto start = std::chrono::steady_clock::now();
+      int rc = 1;
+      try {
+        world->all_reduce(meshrt::view(x))->wait();
+        std::fprintf(stderr, "FAIL: the all_reduce completed without rank 1\n");
+      } catch (const meshrt::Error& e) {
+        const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::steady_clock::now() - start)
+                            .count();
+        std::printf("failed after %lld ms: %s\n", static_cast<long long>(ms), e.what());
+        rc = e.code() == meshrt::ErrorCode::kAborted && ms < 2000 ? 0 : 1;
+      }
+      aborter.join();
+      return rc;
+    }
     if (scenario == "size_mismatch") {
       // Rank 1 receives 4 floats where rank 0 sends 8, then 8 where rank 0 sends 4, then an
       // uneven all_to_all whose splits disagree. Each time rank 1 fails with invalid_argument

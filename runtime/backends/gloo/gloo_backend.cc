@@ -23,6 +23,7 @@
 
 #include "runtime/backends/gloo/gloo_signature.h"
 #include "runtime/backends/gloo/gloo_store.h"
+#include "runtime/backends/gloo/shm_group.h"
 #include "runtime/error.h"
 #include "runtime/store/prefix_store.h"
 #include "trace/env.h"
@@ -35,6 +36,9 @@ constexpr uint8_t kP2PSlotPrefix = 0x20;
 constexpr uint8_t kP2PHeaderSlotPrefix = 0x22;
 constexpr uint8_t kReduceScatterSlotPrefix = 0x21;
 constexpr uint8_t kOneShotSlotPrefix = 0x23;
+
+// Groups up to this size send ops of any size through shared memory, chunk by chunk (shm_fits).
+constexpr int kShmChunkedMaxRanks = 8;
 
 // Whether an all_reduce runs by recursive doubling (log2(n) exchanges) rather than Gloo's ring
 // (2(n-1) steps). Power-of-two groups only: elsewhere the surplus ranks need extra steps. Above 2
@@ -146,16 +150,27 @@ std::shared_ptr<gloo::Context> connect(const std::shared_ptr<Store>& store, cons
   return context;
 }
 
+// The shared-memory segment of a new communicator, or null when its ranks cannot share one (they
+// then all use TCP): collective over `context`.
+std::unique_ptr<ShmGroup> make_shm_group(const std::shared_ptr<gloo::Context>& context,
+                                         size_t max_bytes, std::chrono::milliseconds timeout) {
+  if (context->size < 2) return nullptr;
+  return ShmGroup::create(context, max_bytes, timeout, nullptr);
+}
+
 class GlooBackend : public Backend {
  public:
   GlooBackend(std::shared_ptr<Store> store, const std::string& store_key,
               std::shared_ptr<gloo::transport::Device> device,
-              std::shared_ptr<gloo::Context> context, size_t one_shot_max_bytes)
+              std::shared_ptr<gloo::Context> context, size_t one_shot_max_bytes,
+              size_t shm_slot_bytes, std::chrono::milliseconds timeout)
       : store_(std::move(store)),
         comm_store_(std::make_shared<PrefixStore>(store_key, store_)),
         device_(std::move(device)),
         context_(std::move(context)),
-        one_shot_max_bytes_(one_shot_max_bytes) {}
+        one_shot_max_bytes_(one_shot_max_bytes),
+        shm_slot_bytes_(shm_slot_bytes),
+        shm_(make_shm_group(context_, shm_slot_bytes, timeout)) {}
 
   std::string_view name() const override { return "gloo"; }
   std::string version() const override {
@@ -192,7 +207,7 @@ class GlooBackend : public Backend {
         gloo::barrier(o);
       }
       return std::make_unique<GlooBackend>(store_, spec.store_key, device_, std::move(context),
-                                           one_shot_max_bytes_);
+                                           one_shot_max_bytes_, shm_slot_bytes_, spec.timeout);
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {
@@ -201,8 +216,9 @@ class GlooBackend : public Backend {
   }
 
   void abort() noexcept override {
-    // Gloo cannot interrupt an algorithm in progress: it ends at its timeout. The communicator
-    // fails every op queued after the abort.
+    // Gloo cannot interrupt an algorithm in progress: it ends at its timeout. A shared-memory
+    // exchange can. The communicator fails every op queued after the abort.
+    if (shm_) shm_->abort();
   }
 
  private:
@@ -216,6 +232,7 @@ class GlooBackend : public Backend {
     const DType dtype = op.kind == OpKind::kScatter ? op.output.dtype : op.input.dtype;
     const size_t n = static_cast<size_t>(context_->size);
     const int rank = context_->rank;
+    if (shm_ && shm_fits(op)) return run_shm(op);
     auto reducer = [dtype, r = op.reduce_op](void* c, const void* a, const void* b, size_t k) {
       reduce_elements(dtype, r, c, a, b, k);
     };
@@ -518,11 +535,96 @@ class GlooBackend : public Backend {
     if (op.reduce_op == ReduceOp::kAvg) divide_elements(dtype, op.output.data, op.output.count, n);
   }
 
+  // Whether `op` goes through the shared-memory segment: every all_reduce, broadcast, all_gather
+  // and barrier of a group of up to kShmChunkedMaxRanks, in slot-sized chunks; above that, those
+  // whose contribution fits one slot. Each rank folds every rank's chunk, so a large op costs each
+  // rank n reads of it: on bigger groups a ring's 2(n-1)/n over TCP may move less.
+  bool shm_fits(const Op& op) const {
+    if (context_->size <= kShmChunkedMaxRanks) {
+      return op.kind == OpKind::kAllReduce || op.kind == OpKind::kBroadcast ||
+             op.kind == OpKind::kAllGather || op.kind == OpKind::kBarrier;
+    }
+    switch (op.kind) {
+      case OpKind::kAllReduce:
+      case OpKind::kBroadcast:
+        return op.output.bytes() <= shm_->slot_bytes();
+      case OpKind::kAllGather:
+        return op.input.bytes() <= shm_->slot_bytes();
+      case OpKind::kBarrier:
+        return true;
+      default:
+        return false;
+    }
+  }
+
+  // The op as exchanges through the segment, one per slot-sized chunk of each rank's contribution
+  // (one for an empty op or a barrier): every rank writes its chunk to its slot, waits for all the
+  // others', then reads what it needs. The reduction folds the slots in rank order, so every rank
+  // computes the same bits.
+  void run_shm(const Op& op) {
+    const auto deadline = std::chrono::steady_clock::now() + gloo_timeout(op);
+    const int n = context_->size;
+    const int rank = context_->rank;
+    const BufferView& mine = op.kind == OpKind::kAllGather ? op.input : op.output;
+    const bool contributes = op.kind != OpKind::kBroadcast || rank == op.root;
+    const size_t element_bytes = dtype_size_bytes(mine.dtype);
+    const size_t chunk = shm_->slot_bytes() / element_bytes;  // Elements; slots hold >= 64 B.
+    const size_t count = op.kind == OpKind::kBarrier ? 0 : mine.count;
+    size_t done = 0;
+    do {
+      const size_t k = std::min(chunk, count - done);
+      const size_t bytes = k * element_bytes;
+      if (contributes && bytes != 0) std::memcpy(shm_->my_slot(), byte_at(mine, done), bytes);
+      try {
+        shm_->exchange({op.collective_seq, tag(op)}, deadline);
+      } catch (const Error& e) {
+        if (e.code() != ErrorCode::kTimeout) throw;
+        throw gloo_diagnose(op, rank, n, *comm_store_, diagnose_reserve(op), e);
+      }
+      if (bytes != 0) consume_shm_chunk(op, done, k);
+      done += k;
+    } while (done < count);
+    if (op.kind == OpKind::kAllReduce && op.reduce_op == ReduceOp::kAvg) {
+      divide_elements(op.output.dtype, op.output.data, op.output.count, n);
+    }
+  }
+
+  // Elements [first, first + k) of every rank's contribution are in the slots: place them.
+  void consume_shm_chunk(const Op& op, size_t first, size_t k) {
+    const int n = context_->size;
+    switch (op.kind) {
+      case OpKind::kAllReduce: {
+        char* out = byte_at(op.output, first);
+        const DType dtype = op.output.dtype;
+        reduce_elements(dtype, op.reduce_op, out, shm_->slot(0), shm_->slot(1), k);
+        for (int q = 2; q < n; ++q)
+          reduce_elements(dtype, op.reduce_op, out, out, shm_->slot(q), k);
+        return;
+      }
+      case OpKind::kBroadcast:
+        if (context_->rank != op.root) {
+          std::memcpy(byte_at(op.output, first), shm_->slot(op.root),
+                      k * dtype_size_bytes(op.output.dtype));
+        }
+        return;
+      case OpKind::kAllGather:
+        for (int q = 0; q < n; ++q) {
+          std::memcpy(byte_at(op.output, q * op.input.count + first), shm_->slot(q),
+                      k * dtype_size_bytes(op.input.dtype));
+        }
+        return;
+      default:
+        return;
+    }
+  }
+
   std::shared_ptr<Store> store_;
   std::shared_ptr<Store> comm_store_;  // store_ under this communicator's key.
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> context_;
   const size_t one_shot_max_bytes_;  // GlooConfig::one_shot_max_bytes.
+  const size_t shm_slot_bytes_;      // GlooConfig::shm_slot_bytes.
+  std::unique_ptr<ShmGroup> shm_;    // Null when the ranks cannot share memory.
   std::vector<char> pair_;           // Recursive doubling's buffers: this rank's, the peer's.
   std::vector<char> acc_[2];         // Reused across ops.
   std::vector<char> recv_;
@@ -531,13 +633,22 @@ class GlooBackend : public Backend {
 
 }  // namespace
 
-size_t gloo_one_shot_max_bytes_from_env() {
+namespace {
+size_t bytes_from_env(const char* name, size_t fallback) {
   try {
-    return static_cast<size_t>(
-        trace::env::get_int({"MESHRT_GLOO_ONESHOT_MAX_BYTES"}, 0).value_or(size_t{256} << 10));
+    return static_cast<size_t>(trace::env::get_int({name}, 0).value_or(fallback));
   } catch (const trace::env::EnvError& e) {
     throw Error(ErrorCode::kInvalidArgument, {}, e.what());
   }
+}
+}  // namespace
+
+size_t gloo_one_shot_max_bytes_from_env() {
+  return bytes_from_env("MESHRT_GLOO_ONESHOT_MAX_BYTES", size_t{256} << 10);
+}
+
+size_t gloo_shm_slot_bytes_from_env() {
+  return bytes_from_env("MESHRT_GLOO_SHM_SLOT_BYTES", size_t{256} << 10);
 }
 
 std::unique_ptr<Backend> make_gloo_backend(const GlooConfig& config) {
@@ -546,7 +657,8 @@ std::unique_ptr<Backend> make_gloo_backend(const GlooConfig& config) {
     auto context =
         connect(config.store, config.store_key, config.rank, config.size, device, config.timeout);
     return std::make_unique<GlooBackend>(config.store, config.store_key, std::move(device),
-                                         std::move(context), config.one_shot_max_bytes);
+                                         std::move(context), config.one_shot_max_bytes,
+                                         config.shm_slot_bytes, config.timeout);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {

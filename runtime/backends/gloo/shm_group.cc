@@ -1,0 +1,375 @@
+#include "runtime/backends/gloo/shm_group.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <gloo/allgather.h>
+#include <gloo/broadcast.h>
+#include <gloo/context.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <utility>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace meshrt {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Tags of the setup collectives: they run before the communicator's first op, whose tags start
+// from collective seq 1, and messages of one slot match in order anyway.
+constexpr uint32_t kSetupTag = 0x53484d00;  // "SHM\0"
+
+// How long a waiter spins before it sleeps on the futex, when every rank can have a core: an
+// exchange between awake ranks takes well under this. Oversubscribed groups sleep at once: a
+// spinning rank would take the core its peer needs.
+constexpr std::chrono::nanoseconds kSpin = std::chrono::microseconds(50);
+
+// Waits that sleep at once after a spin ran out. Each spin that runs out costs kSpin: this keeps
+// that below 1% of a wait when the peer is descheduled again and again.
+constexpr uint32_t kSpinsSkippedAfterMiss = 63;
+
+// The longest a waiter sleeps before it checks its deadline and whether a peer exited.
+constexpr std::chrono::milliseconds kSlice{20};
+
+constexpr size_t kCacheLine = 64;
+constexpr size_t kNameBytes = 64;
+
+static_assert(std::atomic<uint32_t>::is_always_lock_free && sizeof(std::atomic<uint32_t>) == 4,
+              "futex words must be plain 32-bit words");
+
+// Futexes on the shared mapping, not FUTEX_PRIVATE_FLAG: waiter and waker are other processes.
+void futex_wake_all(std::atomic<uint32_t>& word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+void futex_wait(std::atomic<uint32_t>& word, uint32_t seen, std::chrono::nanoseconds timeout) {
+  const auto s = std::chrono::duration_cast<std::chrono::seconds>(timeout);
+  const timespec ts{static_cast<time_t>(s.count()), static_cast<long>((timeout - s).count())};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT, seen, &ts, nullptr, 0);
+}
+
+void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// Whether exchange number `have` is at or past `want`, across the 32-bit wrap.
+bool reached(uint32_t have, uint32_t want) { return static_cast<int32_t>(have - want) >= 0; }
+
+std::string read_first_line(const char* path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+std::string read_link(const char* path) {
+  std::array<char, 256> buf{};
+  const ssize_t n = readlink(path, buf.data(), buf.size() - 1);
+  return n > 0 ? std::string(buf.data(), static_cast<size_t>(n)) : std::string();
+}
+
+// Equal on two ranks only when they can share a segment and see each other's pids: the same boot
+// of the same kernel and the same PID, mount (/dev/shm) and IPC namespaces. 0 when unknown.
+uint64_t host_identity() {
+  const std::string boot = read_first_line("/proc/sys/kernel/random/boot_id");
+  const std::string pid_ns = read_link("/proc/self/ns/pid");
+  const std::string mnt_ns = read_link("/proc/self/ns/mnt");
+  const std::string ipc_ns = read_link("/proc/self/ns/ipc");
+  if (boot.empty() || pid_ns.empty() || mnt_ns.empty() || ipc_ns.empty()) return 0;
+  const uint64_t h = std::hash<std::string>{}(boot + "|" + pid_ns + "|" + mnt_ns + "|" + ipc_ns);
+  return h == 0 ? 1 : h;
+}
+
+size_t cpus_available() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  return static_cast<size_t>(CPU_COUNT(&set));
+}
+
+// Unmaps on scope exit unless released.
+struct Mapping {
+  void* base = MAP_FAILED;
+  size_t bytes = 0;
+  ~Mapping() {
+    if (base != MAP_FAILED) munmap(base, bytes);
+  }
+  void* release() { return std::exchange(base, MAP_FAILED); }
+};
+
+// Maps the segment `name` of `bytes` (creating it on rank 0); "" on success, else why not.
+std::string map_segment(const std::string& name, bool create, size_t bytes, Mapping& mapping) {
+  const int flags = create ? O_RDWR | O_CREAT | O_EXCL : O_RDWR;
+  const int fd = shm_open(name.c_str(), flags, 0600);  // Only this user may open it.
+  if (fd < 0) return fmt::format("shm_open({}): {}", name, std::strerror(errno));
+  std::string why;
+  if (create) {
+    // Reserves the pages now: tmpfs out of room later would be a SIGBUS on first touch.
+    if (const int rc = posix_fallocate(fd, 0, static_cast<off_t>(bytes)); rc != 0) {
+      why = fmt::format("reserving {} bytes in /dev/shm: {}", bytes, std::strerror(rc));
+    }
+  } else {
+    struct stat st {};
+    if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != bytes) {
+      why = fmt::format("{} is not the segment rank 0 made", name);
+    }
+  }
+  if (why.empty()) {
+    mapping.base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    mapping.bytes = bytes;
+    if (mapping.base == MAP_FAILED) why = fmt::format("mmap: {}", std::strerror(errno));
+  }
+  close(fd);
+  return why;
+}
+
+template <typename T>
+std::vector<T> all_gather(const std::shared_ptr<gloo::Context>& context, T mine,
+                          std::chrono::milliseconds timeout) {
+  std::vector<T> all(static_cast<size_t>(context->size));
+  gloo::AllgatherOptions o(context);
+  o.setInput(&mine, 1);
+  o.setOutput(all.data(), all.size());
+  o.setTag(kSetupTag);
+  o.setTimeout(timeout);
+  gloo::allgather(o);
+  return all;
+}
+
+}  // namespace
+
+// One rank's progress, alone on its cache line: only that rank writes `published`.
+struct alignas(kCacheLine) ShmGroup::Control {
+  std::atomic<uint32_t> published;  // Futex word: the last exchange this rank published.
+  std::atomic<uint32_t> waiters;    // Ranks asleep (or going to sleep) on `published`.
+  int32_t pid;                      // The rank's process.
+};
+
+struct alignas(kCacheLine) ShmGroup::SlotHeader {
+  ShmStamp stamp;
+};
+
+size_t ShmGroup::slot_stride(size_t slot_bytes) { return sizeof(SlotHeader) + slot_bytes; }
+
+std::unique_ptr<ShmGroup> ShmGroup::create(const std::shared_ptr<gloo::Context>& context,
+                                           size_t slot_bytes, std::chrono::milliseconds timeout,
+                                           std::string* why_not) {
+  const int n = context->size;
+  const int rank = context->rank;
+  auto refuse = [&](std::string why) -> std::unique_ptr<ShmGroup> {
+    if (why_not != nullptr) *why_not = std::move(why);
+    return nullptr;
+  };
+  if (n < 2 || n > kMaxRanks) return refuse(fmt::format("{} ranks", n));
+  // Whole cache lines, so that every slot starts on one: a chunk is then at least 64 bytes.
+  slot_bytes = (slot_bytes + kCacheLine - 1) / kCacheLine * kCacheLine;
+  // Every rank decides from the same gathered offers, so every rank decides alike.
+  struct Offer {
+    uint64_t host;
+    uint64_t slot_bytes;
+  };
+  const uint64_t host = host_identity();
+  const auto offers = all_gather(context, Offer{host, host == 0 ? 0 : slot_bytes}, timeout);
+  for (int q = 0; q < n; ++q) {
+    if (offers[q].slot_bytes == 0) return refuse(fmt::format("off on rank {}", q));
+    if (offers[q].host != offers[0].host) return refuse(fmt::format("rank {} on another host", q));
+    if (offers[q].slot_bytes != offers[0].slot_bytes) {
+      return refuse("ranks set different MESHRT_GLOO_SHM_SLOT_BYTES");
+    }
+  }
+  const size_t bytes = sizeof(Control) * n + 2 * slot_stride(slot_bytes) * n;
+
+  std::array<char, kNameBytes> name{};
+  Mapping mapping;
+  std::string why;
+  if (rank == 0) {
+    std::random_device random;
+    const std::string s = fmt::format("/meshrt-{}-{:08x}{:08x}", getpid(), random(), random());
+    why = map_segment(s, true, bytes, mapping);
+    if (why.empty()) {
+      std::memcpy(name.data(), s.data(), s.size());
+      static_cast<Control*>(mapping.base)[0].pid = getpid();
+    } else {
+      shm_unlink(s.c_str());
+    }
+  }
+  gloo::BroadcastOptions b(context);
+  b.setOutput(name.data(), name.size());
+  b.setRoot(0);
+  b.setTag(kSetupTag + 1);
+  b.setTimeout(timeout);
+  gloo::broadcast(b);
+  if (name[0] == '\0') return refuse(rank == 0 ? why : "rank 0 could not create the segment");
+  const std::string segment(name.data());
+  if (rank != 0) {
+    why = map_segment(segment, false, bytes, mapping);
+    if (why.empty()) static_cast<Control*>(mapping.base)[rank].pid = getpid();
+  }
+  // The name goes once every rank has mapped it (or failed to): nothing is left in /dev/shm.
+  const auto mapped = all_gather(context, uint64_t{why.empty() ? 1u : 0u}, timeout);
+  if (rank == 0) shm_unlink(segment.c_str());
+  for (int q = 0; q < n; ++q) {
+    if (mapped[q] == 0) return refuse(q == rank ? why : fmt::format("rank {} could not map it", q));
+  }
+  return std::unique_ptr<ShmGroup>(new ShmGroup(mapping.release(), bytes, rank, n, slot_bytes));
+}
+
+ShmGroup::ShmGroup(void* base, size_t bytes, int rank, int size, size_t slot_bytes)
+    : base_(base),
+      bytes_(bytes),
+      rank_(rank),
+      size_(size),
+      slot_bytes_(slot_bytes),
+      slot_stride_(slot_stride(slot_bytes)),
+      spin_(static_cast<size_t>(size) <= cpus_available() ? kSpin : std::chrono::nanoseconds(0)),
+      peer_pidfds_(static_cast<size_t>(size), -1),
+      peer_pids_(static_cast<size_t>(size), 0) {
+  const int self = getpid();
+  for (int q = 0; q < size_; ++q) {
+    peer_pids_[q] = control(q).pid;
+    if (q != rank_ && peer_pids_[q] != self) {
+      peer_pidfds_[q] = static_cast<int>(syscall(SYS_pidfd_open, peer_pids_[q], 0));
+    }
+  }
+}
+
+ShmGroup::~ShmGroup() {
+  for (int fd : peer_pidfds_) {
+    if (fd >= 0) close(fd);
+  }
+  munmap(base_, bytes_);
+}
+
+ShmGroup::Control& ShmGroup::control(int q) const { return static_cast<Control*>(base_)[q]; }
+
+ShmGroup::SlotHeader& ShmGroup::header(uint32_t exchange, int q) const {
+  // Exchanges alternate between two sets of slots. A rank starts exchange e + 2 only after every
+  // rank published e + 1, which each did after reading all of e: so e's slots are free again.
+  char* slots = static_cast<char*>(base_) + sizeof(Control) * size_;
+  const size_t index = (exchange & 1u) * size_ + q;
+  return *reinterpret_cast<SlotHeader*>(slots + index * slot_stride_);
+}
+
+char* ShmGroup::my_slot() {
+  return reinterpret_cast<char*>(&header(exchanges_ + 1, rank_)) + sizeof(SlotHeader);
+}
+
+const char* ShmGroup::slot(int q) const {
+  return reinterpret_cast<const char*>(&header(exchanges_, q)) + sizeof(SlotHeader);
+}
+
+void ShmGroup::exchange(const ShmStamp& stamp, Clock::time_point deadline) {
+  if (aborted_.load(std::memory_order_relaxed)) {
+    throw Error(ErrorCode::kAborted, {}, "gloo shared memory: the communicator was aborted");
+  }
+  const uint32_t e = ++exchanges_;
+  header(e, rank_).stamp = stamp;
+  Control& me = control(rank_);
+  // seq_cst store, then load of `waiters`; a waiter does the opposite (wait_for): one of the two
+  // sees the other's write, so a sleeper is never missed.
+  me.published.store(e);
+  if (me.waiters.load() != 0) futex_wake_all(me.published);
+  for (int q = 0; q < size_; ++q) {
+    if (q != rank_) wait_for(q, e, deadline);
+  }
+  for (int q = 0; q < size_; ++q) {
+    const ShmStamp& theirs = header(e, q).stamp;
+    if (theirs.collective_seq != stamp.collective_seq || theirs.tag != stamp.tag) {
+      // Over TCP such ranks' messages never match and the op hangs until its timeout, while the
+      // live monitor names the stall and the flight recorder dumps. Shared memory behaves alike.
+      hold_until(deadline, q);
+      throw Error(
+          ErrorCode::kTimeout, {},
+          fmt::format("gloo shared memory: rank {} is in collective #{} (tag {:#x}) where this "
+                      "rank is in #{} (tag {:#x})",
+                      q, theirs.collective_seq, theirs.tag, stamp.collective_seq, stamp.tag));
+    }
+  }
+}
+
+void ShmGroup::hold_until(Clock::time_point deadline, int q) {
+  Control& me = control(rank_);
+  const uint32_t mine = me.published.load();  // Only this rank changes it: only abort() wakes.
+  for (auto now = Clock::now(); now < deadline; now = Clock::now()) {
+    futex_wait(me.published, mine, std::min<Clock::duration>(kSlice, deadline - now));
+    throw_if_aborted_or_exited(q);
+  }
+}
+
+void ShmGroup::throw_if_aborted_or_exited(int q) const {
+  if (aborted_.load()) {
+    throw Error(ErrorCode::kAborted, {}, "gloo shared memory: the communicator was aborted");
+  }
+  if (peer_exited(q)) {
+    throw Error(ErrorCode::kPeerFailure, {},
+                fmt::format("gloo shared memory: rank {} (pid {}) exited", q, peer_pids_[q]));
+  }
+}
+
+void ShmGroup::wait_for(int q, uint32_t e, Clock::time_point deadline) {
+  Control& c = control(q);
+  if (reached(c.published.load(std::memory_order_acquire), e)) return;
+  if (spins_skipped_ > 0) {
+    --spins_skipped_;
+  } else if (spin_.count() > 0) {
+    const auto spin_end = Clock::now() + spin_;
+    for (uint32_t i = 1;; ++i) {
+      cpu_relax();
+      if (reached(c.published.load(std::memory_order_acquire), e)) return;
+      if (i % 64 == 0 && Clock::now() >= spin_end) break;
+    }
+    // The peer was not running: spinning would keep taking a core it needs (another process
+    // busy, more ranks than cores). Sleep at once for the next waits, then try again.
+    spins_skipped_ = kSpinsSkippedAfterMiss;
+  }
+  for (;;) {
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      throw Error(ErrorCode::kTimeout, {},
+                  fmt::format("gloo shared memory: timed out waiting for rank {}", q));
+    }
+    c.waiters.fetch_add(1);
+    const uint32_t seen = c.published.load();
+    if (!reached(seen, e)) {
+      futex_wait(c.published, seen, std::min<Clock::duration>(kSlice, deadline - now));
+    }
+    c.waiters.fetch_sub(1);
+    if (reached(c.published.load(std::memory_order_acquire), e)) return;
+    throw_if_aborted_or_exited(q);
+  }
+}
+
+bool ShmGroup::peer_exited(int q) const {
+  if (peer_pidfds_[q] >= 0) {
+    pollfd p{peer_pidfds_[q], POLLIN, 0};
+    return poll(&p, 1, 0) > 0;  // A pidfd polls readable once its process exited.
+  }
+  if (peer_pids_[q] == getpid()) return false;  // Threads of this process (tests).
+  return kill(peer_pids_[q], 0) != 0 && errno == ESRCH;
+}
+
+void ShmGroup::abort() noexcept {
+  aborted_.store(true);
+  for (int q = 0; q < size_; ++q) futex_wake_all(control(q).published);
+}
+
+}  // namespace meshrt

@@ -1,0 +1,93 @@
+// A shared-memory segment among the ranks of one Gloo communicator that all run on one host: small
+// collectives exchange their data through it instead of TCP (as NCCL's and MPI's intra-node
+// transports do). One exchange costs a cache-line handoff per peer when the ranks spin and a futex
+// wake when they sleep, where a TCP message wakes Gloo's device thread and then the caller.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/error.h"
+
+namespace gloo {
+class Context;
+}
+
+namespace meshrt {
+
+// What the ranks of one exchange must agree on, written beside each contribution: a rank that
+// finds another value in a peer's header knows they called different collectives.
+struct ShmStamp {
+  uint64_t collective_seq = 0;  // Op::collective_seq.
+  uint32_t tag = 0;             // gloo_tag(): the seq's low bits and a hash of the arguments.
+};
+
+// One communicator's segment, mapped by each member. Exchanges are collective and sequential: a
+// member calls exchange() for the same ops in the same order as every other member.
+class ShmGroup {
+ public:
+  // Creates the segment (rank 0) and maps it on every rank of `context`, through three small Gloo
+  // collectives: callable only before the communicator's first op. Returns null on every rank when
+  // any rank cannot take part (another host, PID or mount namespace, no room in /dev/shm,
+  // `slot_bytes` 0 on some rank, more than kMaxRanks); `why_not` then says why. Throws Error only
+  // when Gloo fails.
+  static std::unique_ptr<ShmGroup> create(const std::shared_ptr<gloo::Context>& context,
+                                          size_t slot_bytes, std::chrono::milliseconds timeout,
+                                          std::string* why_not);
+  ~ShmGroup();
+  ShmGroup(const ShmGroup&) = delete;
+  ShmGroup& operator=(const ShmGroup&) = delete;
+
+  // Groups larger than this use TCP: the segment (2 x ranks x slot_bytes) and each exchange's
+  // reads grow with the group.
+  static constexpr int kMaxRanks = 64;
+
+  // The largest contribution of one rank to one exchange (a multiple of 64).
+  size_t slot_bytes() const { return slot_bytes_; }
+  // Where this rank writes its contribution to the next exchange (slot_bytes() bytes).
+  char* my_slot();
+  // Publishes this rank's contribution under `stamp` and returns once every rank has published
+  // its own for this exchange; slot(q) is then readable until the next exchange. Throws
+  // Error(kTimeout) at `deadline`, Error(kPeerFailure) when a peer process exited,
+  // Error(kAborted) after abort(). A peer whose stamp differs called another collective: that
+  // too ends in Error(kTimeout) at `deadline`, naming both stamps, as it would over TCP.
+  void exchange(const ShmStamp& stamp, std::chrono::steady_clock::time_point deadline);
+  // Rank q's contribution to the exchange that just returned.
+  const char* slot(int q) const;
+  // Makes an exchange in progress (and every later one) throw Error(kAborted). Any thread.
+  void abort() noexcept;
+
+ private:
+  struct Control;
+  struct SlotHeader;
+  ShmGroup(void* base, size_t bytes, int rank, int size, size_t slot_bytes);
+  // Bytes from one slot to the next: its header and `slot_bytes` (whole cache lines).
+  static size_t slot_stride(size_t slot_bytes);
+
+  Control& control(int q) const;
+  SlotHeader& header(uint32_t exchange, int q) const;
+  void wait_for(int q, uint32_t exchange, std::chrono::steady_clock::time_point deadline);
+  // Sleeps until `deadline` (a mismatched exchange), watching abort() and rank q.
+  void hold_until(std::chrono::steady_clock::time_point deadline, int q);
+  void throw_if_aborted_or_exited(int q) const;
+  bool peer_exited(int q) const;
+
+  void* base_;
+  size_t bytes_;
+  int rank_;
+  int size_;
+  size_t slot_bytes_;
+  size_t slot_stride_;             // Header and data of one slot, rounded to a cache line.
+  std::chrono::nanoseconds spin_;  // How long a waiter spins before it sleeps.
+  uint32_t spins_skipped_ = 0;     // Waits left that skip the spin (wait_for).
+  uint32_t exchanges_ = 0;         // Exchanges done: the next one is exchanges_ + 1.
+  std::atomic<bool> aborted_{false};
+  std::vector<int> peer_pidfds_;  // Per rank: a pidfd, or -1 (this process, or none).
+  std::vector<int> peer_pids_;    // Per rank: its pid.
+};
+
+}  // namespace meshrt
