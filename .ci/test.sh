@@ -9,10 +9,10 @@ meson test -C build --print-errorlogs --num-processes 2
 status=$?
 # Then libFuzzer: each target of tests/fuzz/ fuzzed for 10 s (fixed seed) in a clang build.
 bash .ci/fuzz.sh 10 || status=1
-# Then ThreadSanitizer on the in-process suites and 4-rank Gloo jobs (the ASan runs and the rest
-# take hours of build on 2 cores: docs/reliability.md, "Sanitizers", gives their commands).
-bash .ci/sanitize.sh tsan unit inproc hooks store mesh scope_tree flight_recorder dump_write \
-  debug_stats thread_stacks gloo || status=1
+# Then ThreadSanitizer on suite 'tsan' (tests/meson.build): the in-process suites and 4-rank Gloo
+# jobs (the ASan runs and the rest take hours of build on 2 cores: docs/reliability.md,
+# "Sanitizers", gives their commands).
+bash .ci/sanitize.sh tsan --suite tsan || status=1
 python3 - build/meson-logs/testlog.junit.xml build-fuzz/meson-logs/testlog.junit.xml \
   build-tsan/meson-logs/testlog.junit.xml <<'PY'
 import sys

@@ -7,9 +7,9 @@
 // dim of one part it must come exactly when their product is not the dim's size. Input: byte 0 the
 // number of dims, one byte per dim size, then up to 8 ops (kind, dim, and for unflatten a count and
 // sizes).
+#include <fmt/ranges.h>  // check()'s sizes
+
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -38,13 +38,6 @@ class Input {
   size_t at_ = 0;
 };
 
-void check(bool ok, const char* what) {
-  if (!ok) {
-    std::fprintf(stderr, "mesh_fuzz: %s\n", what);
-    std::abort();
-  }
-}
-
 int64_t product(const std::vector<int64_t>& sizes) {
   int64_t n = 1;
   for (int64_t s : sizes) n *= s;
@@ -55,14 +48,17 @@ int64_t product(const std::vector<int64_t>& sizes) {
 // the position back.
 void check_dim(const mesh::Dim& d, int64_t positions) {
   const int64_t size = d.size();
-  check(size >= 1 && positions % size == 0, "a dim's size does not divide the mesh");
+  check(size >= 1 && positions % size == 0, "dim {}: size {} does not divide the {} positions",
+        d.name, size, positions);
   for (int64_t p = 0; p < positions; ++p) {
     const int64_t c = d.coordinate(p);
     const int64_t b = d.base(p);
-    check(c >= 0 && c < size, "coordinate out of range");
-    check(b >= 0 && b < positions && d.coordinate(b) == 0, "base is not coordinate 0");
-    check(d.base(b) == b, "base of a base moved");
-    check(d.member(b, c) == p, "member(base, coordinate) is not the position");
+    check(c >= 0 && c < size, "dim {}: coordinate {} of position {} out of range", d.name, c, p);
+    check(b >= 0 && b < positions && d.coordinate(b) == 0,
+          "dim {}: base {} of position {} is not coordinate 0", d.name, b, p);
+    check(d.base(b) == b, "dim {}: the base of base {} moved", d.name, b);
+    check(d.member(b, c) == p, "dim {}: member(base {}, coordinate {}) is not position {}", d.name,
+          b, c, p);
   }
 }
 
@@ -112,17 +108,23 @@ void layout_ops(Input& in) {
         // A dim of one part splits into any sizes of its size; a flattened one only where the
         // sizes fall on its parts (tests/mesh_test.cc: a flattened 2 x 3 is not cut into 3 x 2).
         check(product(sizes) != dims[i].size() || real_parts(dims[i]) > 1,
-              "unflatten refused sizes that multiply right on a one-part dim");
+              "unflatten refused sizes {} of one-part dim {} of size {}", sizes, dims[i].name,
+              dims[i].size());
         continue;
       }
-      check(product(sizes) == dims[i].size(), "unflatten accepted sizes of another product");
-      check(parts.size() == sizes.size(), "unflatten made the wrong number of dims");
+      check(product(sizes) == dims[i].size(), "unflatten accepted sizes {} for dim {} of size {}",
+            sizes, dims[i].name, dims[i].size());
+      check(parts.size() == sizes.size(), "unflatten made {} dims of sizes {}", parts.size(),
+            sizes);
       for (size_t k = 0; k < parts.size(); ++k) {
-        check(parts[k].size() == sizes[k], "an unflattened dim has the wrong size");
+        check(parts[k].size() == sizes[k], "unflatten into {} made dim {} of size {}", sizes, k,
+              parts[k].size());
         check_dim(parts[k], positions);
       }
       for (int64_t p = 0; p < positions; ++p) {
-        check(mixed_radix(parts, p) == dims[i].coordinate(p), "unflatten moved a coordinate");
+        check(mixed_radix(parts, p) == dims[i].coordinate(p),
+              "unflatten of dim {} into {} moved the coordinate of position {}", dims[i].name,
+              sizes, p);
       }
       dims.erase(dims.begin() + static_cast<std::ptrdiff_t>(i));
       dims.insert(dims.begin() + static_cast<std::ptrdiff_t>(i), parts.begin(), parts.end());
@@ -133,10 +135,12 @@ void layout_ops(Input& in) {
       const mesh::Dim flat = mesh::flatten(run, "flat");
       int64_t size = 1;
       for (const mesh::Dim& d : run) size *= d.size();
-      check(flat.size() == size, "a flattened dim has the wrong size");
+      check(flat.size() == size, "flatten of {} dims from {} made size {}, not {}", n, i,
+            flat.size(), size);
       check_dim(flat, positions);
       for (int64_t p = 0; p < positions; ++p) {
-        check(flat.coordinate(p) == mixed_radix(run, p), "flatten moved a coordinate");
+        check(flat.coordinate(p) == mixed_radix(run, p),
+              "flatten of {} dims from {} moved the coordinate of position {}", n, i, p);
       }
       dims.erase(dims.begin() + static_cast<std::ptrdiff_t>(i),
                  dims.begin() + static_cast<std::ptrdiff_t>(i + n));

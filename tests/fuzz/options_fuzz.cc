@@ -4,7 +4,6 @@
 // open for the sanitizers' reports.
 #include <cctype>
 #include <cstdio>
-#include <cstdlib>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -70,20 +69,28 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     parsed = meshrt::launcher::parse_options(static_cast<int>(argv.size()), argv.data());
   }
   if (parsed.exit_status) {
-    if (*parsed.exit_status != 0 && *parsed.exit_status != 2) std::abort();
+    check(*parsed.exit_status == 0 || *parsed.exit_status == 2,
+          "parse_options exited with status {} (0 or 2 expected) on {} arguments",
+          *parsed.exit_status, args.size() - 1);
     return 0;
   }
   // Accepted: what meshrun's agent relies on without checking again.
   const meshrt::launcher::LaunchOptions& o = parsed.options;
-  const bool sane = o.nnodes >= 1 && o.nproc_per_node >= 1 && o.node_rank < o.nnodes &&
-                    o.node_rank >= -1 && !o.command.empty() && !o.run_id.empty() &&
-                    !o.role.empty() && o.monitor_interval.count() >= 1 &&
-                    o.rdzv_timeout.count() > 0 && o.grace_period.count() >= 0 &&
-                    o.dump_timeout.count() >= 0 && o.max_restarts >= 0 && !o.status_host.empty() &&
-                    (o.rdzv_port != 0 || o.nnodes == 1);
-  if (!sane) {
-    std::fprintf(stderr, "options_fuzz: accepted options an agent cannot use\n");
-    std::abort();
-  }
+  check(o.nnodes >= 1, "accepted {} nodes", o.nnodes);
+  check(o.nproc_per_node >= 1, "accepted {} ranks per node", o.nproc_per_node);
+  check(o.node_rank >= -1 && o.node_rank < o.nnodes, "accepted node rank {} of {} nodes",
+        o.node_rank, o.nnodes);
+  check(!o.command.empty(), "accepted no program to run");
+  check(!o.run_id.empty(), "accepted an empty run id");
+  check(!o.role.empty(), "accepted an empty role");
+  check(o.monitor_interval.count() >= 1, "accepted a monitor interval of {} ms",
+        o.monitor_interval.count());
+  check(o.rdzv_timeout.count() > 0, "accepted a rendezvous timeout of {} ms",
+        o.rdzv_timeout.count());
+  check(o.grace_period.count() >= 0, "accepted a grace period of {} ms", o.grace_period.count());
+  check(o.dump_timeout.count() >= 0, "accepted a dump timeout of {} ms", o.dump_timeout.count());
+  check(o.max_restarts >= 0, "accepted {} restarts", o.max_restarts);
+  check(!o.status_host.empty(), "accepted an empty status host");
+  check(o.rdzv_port != 0 || o.nnodes == 1, "accepted rendezvous port 0 for {} nodes", o.nnodes);
   return 0;
 }

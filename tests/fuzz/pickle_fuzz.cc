@@ -2,8 +2,6 @@
 // pickle_to_json_text (what parse_dump reads). Its only documented failure is PickleError; and
 // whatever text the streaming form emits must be JSON, since the dump reader parses it next.
 #include <cstddef>
-#include <cstdio>
-#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
@@ -22,18 +20,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   bool text_ok = false;
   try {
     const std::string text = meshrt::trace::pickle_to_json_text(bytes);
-    if (!nlohmann::json::accept(text)) {
-      std::fprintf(stderr, "pickle_fuzz: pickle_to_json_text emitted text that is not JSON\n");
-      std::abort();
-    }
+    check(nlohmann::json::accept(text),
+          "pickle_to_json_text emitted {} bytes of text that is not JSON from {} bytes",
+          text.size(), size);
     text_ok = true;
   } catch (const meshrt::trace::PickleError&) {
   }
   // The two forms share one grammar: neither may reject what the other accepted.
-  if (dom_ok != text_ok) {
-    std::fprintf(stderr, "pickle_fuzz: read_pickle %s what pickle_to_json_text %s\n",
-                 dom_ok ? "accepted" : "rejected", text_ok ? "accepted" : "rejected");
-    std::abort();
-  }
+  check(dom_ok == text_ok, "read_pickle {} what pickle_to_json_text {} ({} bytes)",
+        dom_ok ? "accepted" : "rejected", text_ok ? "accepted" : "rejected", size);
   return 0;
 }

@@ -13,8 +13,6 @@
 
 #include <cerrno>
 #include <chrono>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -73,10 +71,7 @@ int connect_to(uint16_t port) {
   // 4-tuple (EADDRNOTAVAIL): a loopback artifact, retried. Anything else is a finding.
   for (int attempt = 0;; ++attempt) {
     const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-      std::fprintf(stderr, "store_fuzz: socket: %s\n", std::strerror(errno));
-      std::abort();
-    }
+    check(fd >= 0, "socket: {}", std::strerror(errno));
     const linger no_linger{1, 0};
     ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &no_linger, sizeof(no_linger));
     sockaddr_in addr{};
@@ -88,9 +83,8 @@ int connect_to(uint16_t port) {
     if (error == EINTR) error = finish_interrupted_connect(fd);
     if (error == 0) return fd;
     ::close(fd);
-    if (error == EADDRNOTAVAIL && attempt < 10) continue;
-    std::fprintf(stderr, "store_fuzz: connect to 127.0.0.1:%u: %s\n", port, std::strerror(error));
-    std::abort();
+    check(error == EADDRNOTAVAIL && attempt < 10, "connect to 127.0.0.1:{} (attempt {}): {}", port,
+          attempt + 1, std::strerror(error));
   }
 }
 
@@ -150,10 +144,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool clean_eof = read_all(fd, replies);
   ::close(fd);
   // After a reset or at the deadline the last frame may be cut: only a clean end is judged.
-  if (clean_eof && !whole_replies(replies)) {
-    std::fprintf(stderr, "store_fuzz: the server sent %zu bytes that are not whole replies\n",
-                 replies.size());
-    std::abort();
-  }
+  check(!clean_eof || whole_replies(replies),
+        "the server sent {} bytes that are not whole replies to {} bytes (token: {})",
+        replies.size(), size - 1, (data[0] & 1) != 0);
   return 0;
 }
