@@ -13,6 +13,7 @@ Gloo and meshrt.
 """
 import collections
 import json
+import os
 import statistics
 import sys
 
@@ -86,7 +87,12 @@ def main(path):
                 f"{fmt_ratio(ratios(gl))} | {fmt_diff(diffs(gl)) if latency else '-'} | "
                 f"{fmt_ratio(ratios(tl)) if tl else 'n/a'} | {len(ratios(gl))} |")
     for world in sorted(rows_for):
-        print(f"\n### {world} ranks (127.0.0.1, Gloo TCP over loopback)\n")
+        # meshrt's ranks share this host: unless MESHRT_GLOO_SHM_SLOT_BYTES=0 was set, its
+        # all_reduce, all_gather and broadcast went through shared memory.
+        shm = os.environ.get("MESHRT_GLOO_SHM_SLOT_BYTES") != "0"
+        transport = ("meshrt: shared memory; raw gloo and torch: TCP over loopback" if shm else
+                     "every impl: Gloo TCP over loopback (MESHRT_GLOO_SHM_SLOT_BYTES=0)")
+        print(f"\n### {world} ranks (127.0.0.1; {transport})\n")
         print("| op | size | figure | meshrt | raw gloo | torch | time ratio meshrt/gloo "
               "(min / **med** / max) | extra time meshrt - gloo (min / **med** / max) | "
               "time ratio meshrt/torch (min / **med** / max) | rounds |")

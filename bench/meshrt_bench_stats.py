@@ -119,11 +119,15 @@ def plot(rows, world, png, out):
                     vals.append(f"{statistics.median(v):.5f}" if v else "NaN")
                 f.write(f"{b} " + " ".join(vals) + "\n")
             f.write("\n\n")
+    # meshrt's ranks share the host: its all_reduce, all_gather and broadcast go through shared
+    # memory unless MESHRT_GLOO_SHM_SLOT_BYTES=0.
+    transport = ("meshrt through shared memory, the others over TCP"
+                 if os.environ.get("MESHRT_GLOO_SHM_SLOT_BYTES") != "0" else "all over TCP")
     script = [
         f"set terminal pngcairo size 1200,800 font 'sans,10'",
         f"set output '{png}'",
         "set termoption noenhanced",
-        f"set multiplot layout 2,2 title 'busbw against size, {world} ranks over loopback "
+        f"set multiplot layout 2,2 title 'busbw against size, {world} ranks on one host, {transport} "
         f"(medians of paired rounds; meshrt-bench, bench/meshrt_bench_compare.sh)'",
         "set logscale x 2", "set format x '%.0b%B'", "set xlabel 'size (bytes)'",
         "set ylabel 'busbw (GB/s)'", "set key top left", "set grid",

@@ -27,6 +27,7 @@
 #include "runtime/error.h"
 #include "runtime/store/prefix_store.h"
 #include "trace/env.h"
+#include "trace/logging.h"
 
 namespace meshrt {
 namespace {
@@ -151,11 +152,15 @@ std::shared_ptr<gloo::Context> connect(const std::shared_ptr<Store>& store, cons
 }
 
 // The shared-memory segment of a new communicator, or null when its ranks cannot share one (they
-// then all use TCP): collective over `context`.
+// then all use TCP, and MESHRT_LOG_LEVEL=info says why): collective over `context`.
 std::unique_ptr<ShmGroup> make_shm_group(const std::shared_ptr<gloo::Context>& context,
-                                         size_t max_bytes, std::chrono::milliseconds timeout) {
+                                         const std::string& store_key, size_t slot_bytes,
+                                         std::chrono::milliseconds timeout) {
   if (context->size < 2) return nullptr;
-  return ShmGroup::create(context, max_bytes, timeout, nullptr);
+  std::string why_not;
+  auto group = ShmGroup::create(context, slot_bytes, timeout, &why_not);
+  if (!group) log().info("gloo '{}': TCP instead of shared memory: {}", store_key, why_not);
+  return group;
 }
 
 class GlooBackend : public Backend {
@@ -170,7 +175,7 @@ class GlooBackend : public Backend {
         context_(std::move(context)),
         one_shot_max_bytes_(one_shot_max_bytes),
         shm_slot_bytes_(shm_slot_bytes),
-        shm_(make_shm_group(context_, shm_slot_bytes, timeout)) {}
+        shm_(make_shm_group(context_, store_key, shm_slot_bytes, timeout)) {}
 
   std::string_view name() const override { return "gloo"; }
   std::string version() const override {

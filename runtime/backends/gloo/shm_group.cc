@@ -190,7 +190,9 @@ std::unique_ptr<ShmGroup> ShmGroup::create(const std::shared_ptr<gloo::Context>&
   const uint64_t host = host_identity();
   const auto offers = all_gather(context, Offer{host, host == 0 ? 0 : slot_bytes}, timeout);
   for (int q = 0; q < n; ++q) {
-    if (offers[q].slot_bytes == 0) return refuse(fmt::format("off on rank {}", q));
+    if (offers[q].slot_bytes == 0) {
+      return refuse(fmt::format("rank {} has MESHRT_GLOO_SHM_SLOT_BYTES=0 or an unknown host", q));
+    }
     if (offers[q].host != offers[0].host) return refuse(fmt::format("rank {} on another host", q));
     if (offers[q].slot_bytes != offers[0].slot_bytes) {
       return refuse("ranks set different MESHRT_GLOO_SHM_SLOT_BYTES");
