@@ -7,12 +7,17 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
+#include "runtime/backends/gloo/gloo_backend.h"
+#include "runtime/error.h"
 #include "runtime/watchdog.h"
 #include "tests/process_harness.h"
 
@@ -41,10 +46,10 @@ std::vector<std::string> leaked_segments() {
 
 // World size, MESHRT_GLOO_ONESHOT_MAX_BYTES ("" = default: small all_reduces of 2 ranks, and of 4
 // and 8 ranks from 2n elements, go by recursive doubling, the rest by Gloo's ring; "0" = the ring
-// for every size) and MESHRT_GLOO_SHM_SLOT_BYTES ("" = default: all_reduces, all_gathers,
-// broadcasts and barriers go through shared memory, in 256 KiB chunks, and above 8 ranks only
-// those of one chunk; "64" = in chunks of 64 bytes, so that nearly every op takes several, with a
-// remainder; "0" = all by TCP).
+// for every size) and MESHRT_GLOO_SHM_SLOT_BYTES ("" = default: all_reduces, reduce_scatters,
+// all_gathers, broadcasts and barriers go through shared memory, in 256 KiB chunks, and above 8
+// ranks only those of one chunk; "64" = in chunks of 64 bytes, so that nearly every op takes
+// several, with a remainder; "0" = all by TCP).
 class GlooWorld : public ::testing::TestWithParam<std::tuple<int, std::string, std::string>> {};
 
 TEST_P(GlooWorld, EveryCollectiveDtypeReduceOpP2PAndSplit) {
@@ -97,6 +102,38 @@ TEST_P(GlooPeerDies, PeerKilledMidJobFailsTheOthersWithinTheTimeout) {
 }
 
 INSTANTIATE_TEST_SUITE_P(ShmAndTcp, GlooPeerDies, ::testing::Values("", "0"));
+
+// The knobs are read when a Gloo world is made: a bad value must fail there, naming itself,
+// before any segment is reserved.
+TEST(Gloo, ShmSlotBytesFromTheEnvironmentAreChecked) {
+  const char* kName = "MESHRT_GLOO_SHM_SLOT_BYTES";
+  // Put back afterwards: the other tests' ranks inherit this process's environment.
+  const char* outer = std::getenv(kName);
+  const std::optional<std::string> saved = outer ? std::optional<std::string>(outer) : std::nullopt;
+  ::unsetenv(kName);
+  EXPECT_EQ(gloo_shm_slot_bytes_from_env(), size_t{256} << 10);
+  const std::vector<std::pair<std::string, size_t>> good{
+      {"0", 0}, {"64", 64}, {"67108864", 67108864}};
+  for (const auto& [text, bytes] : good) {
+    ::setenv(kName, text.c_str(), 1);
+    EXPECT_EQ(gloo_shm_slot_bytes_from_env(), bytes) << text;
+  }
+  for (const char* bad : {"-1", "67108865", "1k", "lots"}) {
+    ::setenv(kName, bad, 1);
+    try {
+      gloo_shm_slot_bytes_from_env();
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << bad;
+      EXPECT_NE(std::string(e.what()).find(kName), std::string::npos) << e.what();
+    }
+  }
+  if (saved) {
+    ::setenv(kName, saved->c_str(), 1);
+  } else {
+    ::unsetenv(kName);
+  }
+}
 
 TEST(Gloo, AbortFailsASharedMemoryExchangeAtOnce) {
   const auto results = run_ranks({MESHRT_GLOO_WORKER, "abort"}, 2, std::chrono::seconds(30),

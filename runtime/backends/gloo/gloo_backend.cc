@@ -18,6 +18,7 @@
 
 #include <bit>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <numeric>
 
@@ -540,21 +541,21 @@ class GlooBackend : public Backend {
     if (op.reduce_op == ReduceOp::kAvg) divide_elements(dtype, op.output.data, op.output.count, n);
   }
 
-  // Whether `op` goes through the shared-memory segment: every all_reduce, broadcast, all_gather
-  // and barrier of a group of up to kShmChunkedMaxRanks, in slot-sized chunks; above that, those
-  // whose contribution fits one slot. Each rank folds every rank's chunk, so a large op costs each
-  // rank n reads of it: on bigger groups a ring's 2(n-1)/n over TCP may move less.
+  // Whether `op` goes through the shared-memory segment: every all_reduce, reduce_scatter,
+  // broadcast, all_gather and barrier of a group of up to kShmChunkedMaxRanks, in slot-sized
+  // chunks; above that, those whose contribution fits one slot. Each rank folds every rank's
+  // chunk, so a large op costs each rank n reads of it: on bigger groups a ring's 2(n-1)/n over
+  // TCP may move less.
   bool shm_fits(const Op& op) const {
-    if (context_->size <= kShmChunkedMaxRanks) {
-      return op.kind == OpKind::kAllReduce || op.kind == OpKind::kBroadcast ||
-             op.kind == OpKind::kAllGather || op.kind == OpKind::kBarrier;
-    }
+    const bool chunked = context_->size <= kShmChunkedMaxRanks;
+    const size_t slot = shm_->slot_bytes();
     switch (op.kind) {
       case OpKind::kAllReduce:
       case OpKind::kBroadcast:
-        return op.output.bytes() <= shm_->slot_bytes();
+        return chunked || op.output.bytes() <= slot;
       case OpKind::kAllGather:
-        return op.input.bytes() <= shm_->slot_bytes();
+      case OpKind::kReduceScatter:
+        return chunked || op.input.bytes() <= slot;
       case OpKind::kBarrier:
         return true;
       default:
@@ -562,60 +563,71 @@ class GlooBackend : public Backend {
     }
   }
 
-  // The op as exchanges through the segment, one per slot-sized chunk of each rank's contribution
-  // (one for an empty op or a barrier): every rank writes its chunk to its slot, waits for all the
-  // others', then reads what it needs. The reduction folds the slots in rank order, so every rank
-  // computes the same bits.
+  // The op as exchanges through the segment, one per chunk (one for an empty op or a barrier):
+  // every rank writes its part of the chunk to its slot, waits for all the others', then reads
+  // what it needs. A chunk is `k` elements of each rank's contribution (all_reduce, broadcast,
+  // all_gather), or of each of its n input blocks (reduce_scatter: block j's elements go to
+  // offset j x k of the slot). Reductions fold the slots in rank order, so every rank computes
+  // the same bits.
   void run_shm(const Op& op) {
     const auto deadline = std::chrono::steady_clock::now() + gloo_timeout(op);
-    const int n = context_->size;
+    const size_t n = static_cast<size_t>(context_->size);
     const int rank = context_->rank;
-    const BufferView& mine = op.kind == OpKind::kAllGather ? op.input : op.output;
+    const bool scatter = op.kind == OpKind::kReduceScatter;
+    const BufferView& mine = op.kind == OpKind::kAllGather || scatter ? op.input : op.output;
     const bool contributes = op.kind != OpKind::kBroadcast || rank == op.root;
     const size_t element_bytes = dtype_size_bytes(mine.dtype);
-    const size_t chunk = shm_->slot_bytes() / element_bytes;  // Elements; slots hold >= 64 B.
-    const size_t count = op.kind == OpKind::kBarrier ? 0 : mine.count;
+    // Elements per block per exchange: a slot holds >= 64 B, and a reduce_scatter on more than
+    // kShmChunkedMaxRanks ranks fits one slot whole.
+    const size_t chunk = shm_->slot_bytes() / element_bytes / (scatter ? n : 1);
+    const size_t count = op.kind == OpKind::kBarrier ? 0 : scatter ? op.output.count : mine.count;
     size_t done = 0;
     do {
       const size_t k = std::min(chunk, count - done);
       const size_t bytes = k * element_bytes;
-      if (contributes && bytes != 0) std::memcpy(shm_->my_slot(), byte_at(mine, done), bytes);
+      if (contributes && bytes != 0) {
+        for (size_t j = 0; j < (scatter ? n : 1); ++j) {
+          std::memcpy(shm_->my_slot() + j * bytes, byte_at(mine, j * count + done), bytes);
+        }
+      }
       try {
         shm_->exchange({op.collective_seq, tag(op)}, deadline);
       } catch (const Error& e) {
         if (e.code() != ErrorCode::kTimeout) throw;
-        throw gloo_diagnose(op, rank, n, *comm_store_, diagnose_reserve(op), e);
+        throw gloo_diagnose(op, rank, context_->size, *comm_store_, diagnose_reserve(op), e);
       }
       if (bytes != 0) consume_shm_chunk(op, done, k);
       done += k;
     } while (done < count);
-    if (op.kind == OpKind::kAllReduce && op.reduce_op == ReduceOp::kAvg) {
+    if ((op.kind == OpKind::kAllReduce || scatter) && op.reduce_op == ReduceOp::kAvg) {
       divide_elements(op.output.dtype, op.output.data, op.output.count, n);
     }
   }
 
-  // Elements [first, first + k) of every rank's contribution are in the slots: place them.
+  // Chunk [first, first + k) of every rank's part is in the slots: place it in the output.
   void consume_shm_chunk(const Op& op, size_t first, size_t k) {
     const int n = context_->size;
-    switch (op.kind) {
-      case OpKind::kAllReduce: {
-        char* out = byte_at(op.output, first);
-        const DType dtype = op.output.dtype;
-        reduce_elements(dtype, op.reduce_op, out, shm_->slot(0), shm_->slot(1), k);
-        for (int q = 2; q < n; ++q)
-          reduce_elements(dtype, op.reduce_op, out, out, shm_->slot(q), k);
-        return;
+    const size_t bytes = k * dtype_size_bytes(op.output.dtype);
+    auto fold = [&](size_t offset) {  // Reduces the slots' bytes at `offset` into the output.
+      char* out = byte_at(op.output, first);
+      const DType dtype = op.output.dtype;
+      reduce_elements(dtype, op.reduce_op, out, shm_->slot(0) + offset, shm_->slot(1) + offset, k);
+      for (int q = 2; q < n; ++q) {
+        reduce_elements(dtype, op.reduce_op, out, out, shm_->slot(q) + offset, k);
       }
+    };
+    switch (op.kind) {
+      case OpKind::kAllReduce:
+        return fold(0);
+      case OpKind::kReduceScatter:
+        return fold(static_cast<size_t>(context_->rank) * bytes);
       case OpKind::kBroadcast:
-        if (context_->rank != op.root) {
-          std::memcpy(byte_at(op.output, first), shm_->slot(op.root),
-                      k * dtype_size_bytes(op.output.dtype));
-        }
+        if (context_->rank != op.root)
+          std::memcpy(byte_at(op.output, first), shm_->slot(op.root), bytes);
         return;
       case OpKind::kAllGather:
         for (int q = 0; q < n; ++q) {
-          std::memcpy(byte_at(op.output, q * op.input.count + first), shm_->slot(q),
-                      k * dtype_size_bytes(op.input.dtype));
+          std::memcpy(byte_at(op.output, q * op.input.count + first), shm_->slot(q), bytes);
         }
         return;
       default:
@@ -639,9 +651,10 @@ class GlooBackend : public Backend {
 }  // namespace
 
 namespace {
-size_t bytes_from_env(const char* name, size_t fallback) {
+size_t bytes_from_env(const char* name, size_t fallback,
+                      int64_t max = std::numeric_limits<int64_t>::max()) {
   try {
-    return static_cast<size_t>(trace::env::get_int({name}, 0).value_or(fallback));
+    return static_cast<size_t>(trace::env::get_int({name}, 0, max).value_or(fallback));
   } catch (const trace::env::EnvError& e) {
     throw Error(ErrorCode::kInvalidArgument, {}, e.what());
   }
@@ -653,7 +666,8 @@ size_t gloo_one_shot_max_bytes_from_env() {
 }
 
 size_t gloo_shm_slot_bytes_from_env() {
-  return bytes_from_env("MESHRT_GLOO_SHM_SLOT_BYTES", size_t{256} << 10);
+  // At most 64 MiB: the segment holds 2 x ranks slots, reserved in /dev/shm up front.
+  return bytes_from_env("MESHRT_GLOO_SHM_SLOT_BYTES", size_t{256} << 10, int64_t{64} << 20);
 }
 
 std::unique_ptr<Backend> make_gloo_backend(const GlooConfig& config) {
