@@ -41,9 +41,10 @@ constexpr uint32_t kSetupTag = 0x53484d00;  // "SHM\0"
 // spinning rank would take the core its peer needs.
 constexpr std::chrono::nanoseconds kSpin = std::chrono::microseconds(50);
 
-// Waits that sleep at once after a spin ran out. Each spin that runs out costs kSpin: this keeps
-// that below 1% of a wait when the peer is descheduled again and again.
-constexpr uint32_t kSpinsSkippedAfterMiss = 63;
+// After this many spins in a row ran out, 2^this - 1 = 63 waits sleep at once before the next
+// spin: a spin that runs out costs kSpin, so while the peer is descheduled again and again
+// spinning takes under 1% of the waits.
+constexpr uint32_t kMaxSpinMisses = 6;
 
 // The longest a waiter sleeps before it checks its deadline and whether a peer exited.
 constexpr std::chrono::milliseconds kSlice{20};
@@ -336,12 +337,17 @@ void ShmGroup::wait_for(int q, uint32_t e, Clock::time_point deadline) {
     const auto spin_end = Clock::now() + spin_;
     for (uint32_t i = 1;; ++i) {
       cpu_relax();
-      if (reached(c.published.load(std::memory_order_acquire), e)) return;
+      if (reached(c.published.load(std::memory_order_acquire), e)) {
+        spin_misses_ = 0;
+        return;
+      }
       if (i % 64 == 0 && Clock::now() >= spin_end) break;
     }
-    // The peer was not running: spinning would keep taking a core it needs (another process
-    // busy, more ranks than cores). Sleep at once for the next waits, then try again.
-    spins_skipped_ = kSpinsSkippedAfterMiss;
+    // The peer was busy elsewhere, or not running: then spinning would keep taking a core it
+    // needs (another process busy, more ranks than cores). The next 1, 3, 7, ... 63 waits sleep
+    // at once, the more the longer spins keep running out; one that succeeds starts over.
+    spin_misses_ = std::min(spin_misses_ + 1, kMaxSpinMisses);
+    spins_skipped_ = (1u << spin_misses_) - 1;
   }
   for (;;) {
     const auto now = Clock::now();
