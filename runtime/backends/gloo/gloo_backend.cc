@@ -39,7 +39,8 @@ constexpr uint8_t kP2PHeaderSlotPrefix = 0x22;
 constexpr uint8_t kReduceScatterSlotPrefix = 0x21;
 constexpr uint8_t kOneShotSlotPrefix = 0x23;
 
-// Groups up to this size send ops of any size through shared memory, chunk by chunk (shm_fits).
+// Groups up to this size send collectives of any size through shared memory, chunk by chunk
+// (shm_fits).
 constexpr int kShmChunkedMaxRanks = 8;
 
 // Whether an all_reduce runs by recursive doubling (log2(n) exchanges) rather than Gloo's ring
@@ -541,73 +542,94 @@ class GlooBackend : public Backend {
     if (op.reduce_op == ReduceOp::kAvg) divide_elements(dtype, op.output.data, op.output.count, n);
   }
 
-  // Whether `op` goes through the shared-memory segment: every all_reduce, reduce_scatter,
-  // broadcast, all_gather and barrier of a group of up to kShmChunkedMaxRanks, in slot-sized
-  // chunks; above that, those whose contribution fits one slot. Each rank folds every rank's
-  // chunk, so a large op costs each rank n reads of it: on bigger groups a ring's 2(n-1)/n over
-  // TCP may move less.
-  bool shm_fits(const Op& op) const {
-    const bool chunked = context_->size <= kShmChunkedMaxRanks;
-    const size_t slot = shm_->slot_bytes();
+  // How `op` goes through the shared-memory segment (run_shm): in exchanges of `k` elements of
+  // each of `parts` blocks of `count` elements that a rank writes, side by side, from `source`.
+  struct ShmShape {
+    const BufferView* source;  // What a contributing rank writes.
+    DType dtype;               // Of the blocks, equal on every rank (not so scatter's input).
+    size_t count;              // Elements per block.
+    size_t parts;              // Blocks a rank writes per exchange: 1, or n (one per rank).
+    bool contributes;          // Whether this rank writes (broadcast, scatter: only the root).
+  };
+
+  ShmShape shm_shape(const Op& op) const {
+    const size_t n = static_cast<size_t>(context_->size);
+    const bool root = context_->rank == op.root;
     switch (op.kind) {
       case OpKind::kAllReduce:
-      case OpKind::kBroadcast:
-        return chunked || op.output.bytes() <= slot;
+      case OpKind::kReduce:
       case OpKind::kAllGather:
+      case OpKind::kGather:
+        return {&op.input, op.input.dtype, op.input.count, 1, true};
+      case OpKind::kBroadcast:
+        return {&op.output, op.output.dtype, op.output.count, 1, root};
       case OpKind::kReduceScatter:
-        return chunked || op.input.bytes() <= slot;
-      case OpKind::kBarrier:
-        return true;
-      default:
-        return false;
+        return {&op.input, op.input.dtype, op.output.count, n, true};
+      case OpKind::kScatter:
+        return {&op.input, op.output.dtype, op.output.count, n, root};
+      case OpKind::kAllToAll:
+        return {&op.input, op.input.dtype, op.input.count / n, n, true};
+      default:  // kBarrier
+        return {&op.output, op.output.dtype, 0, 1, true};
     }
+  }
+
+  // Whether `op` goes through the shared-memory segment: every collective but uneven all_to_all
+  // on a group of up to kShmChunkedMaxRanks, in chunks; above that, those whose blocks fit one
+  // slot (one exchange). Each rank reads every rank's chunk, so a large op costs each rank n
+  // reads of it: on bigger groups a ring's 2(n-1)/n over TCP may move less.
+  bool shm_fits(const Op& op) const {
+    if (is_p2p(op.kind) || op.kind == OpKind::kCoalesced) return false;
+    if (op.kind == OpKind::kAllToAll && !op.input_splits.empty()) return false;
+    if (context_->size <= kShmChunkedMaxRanks) return true;
+    const ShmShape shape = shm_shape(op);
+    return shape.count * shape.parts * dtype_size_bytes(shape.dtype) <= shm_->slot_bytes();
   }
 
   // The op as exchanges through the segment, one per chunk (one for an empty op or a barrier):
   // every rank writes its part of the chunk to its slot, waits for all the others', then reads
-  // what it needs. A chunk is `k` elements of each rank's contribution (all_reduce, broadcast,
-  // all_gather), or of each of its n input blocks (reduce_scatter: block j's elements go to
-  // offset j x k of the slot). Reductions fold the slots in rank order, so every rank computes
-  // the same bits.
+  // what it needs (consume_shm_chunk). Reductions fold the slots in rank order, so every rank
+  // computes the same bits.
   void run_shm(const Op& op) {
     const auto deadline = std::chrono::steady_clock::now() + gloo_timeout(op);
-    const size_t n = static_cast<size_t>(context_->size);
-    const int rank = context_->rank;
-    const bool scatter = op.kind == OpKind::kReduceScatter;
-    const BufferView& mine = op.kind == OpKind::kAllGather || scatter ? op.input : op.output;
-    const bool contributes = op.kind != OpKind::kBroadcast || rank == op.root;
-    const size_t element_bytes = dtype_size_bytes(mine.dtype);
-    // Elements per block per exchange: a slot holds >= 64 B, and a reduce_scatter on more than
-    // kShmChunkedMaxRanks ranks fits one slot whole.
-    const size_t chunk = shm_->slot_bytes() / element_bytes / (scatter ? n : 1);
-    const size_t count = op.kind == OpKind::kBarrier ? 0 : scatter ? op.output.count : mine.count;
+    const ShmShape shape = shm_shape(op);
+    const size_t element_bytes = dtype_size_bytes(shape.dtype);
+    // Elements per block per exchange: slots hold >= 64 B and groups hold <= 8 ranks, or the
+    // whole op fits one slot.
+    const size_t chunk = shm_->slot_bytes() / element_bytes / shape.parts;
     size_t done = 0;
     do {
-      const size_t k = std::min(chunk, count - done);
+      const size_t k = std::min(chunk, shape.count - done);
       const size_t bytes = k * element_bytes;
-      if (contributes && bytes != 0) {
-        for (size_t j = 0; j < (scatter ? n : 1); ++j) {
-          std::memcpy(shm_->my_slot() + j * bytes, byte_at(mine, j * count + done), bytes);
+      if (shape.contributes && bytes != 0) {
+        for (size_t j = 0; j < shape.parts; ++j) {
+          std::memcpy(shm_->my_slot() + j * bytes, byte_at(*shape.source, j * shape.count + done),
+                      bytes);
         }
       }
       try {
         shm_->exchange({op.collective_seq, tag(op)}, deadline);
       } catch (const Error& e) {
         if (e.code() != ErrorCode::kTimeout) throw;
-        throw gloo_diagnose(op, rank, context_->size, *comm_store_, diagnose_reserve(op), e);
+        throw gloo_diagnose(op, context_->rank, context_->size, *comm_store_, diagnose_reserve(op),
+                            e);
       }
-      if (bytes != 0) consume_shm_chunk(op, done, k);
+      if (bytes != 0) consume_shm_chunk(op, shape.count, done, k, bytes);
       done += k;
-    } while (done < count);
-    if ((op.kind == OpKind::kAllReduce || scatter) && op.reduce_op == ReduceOp::kAvg) {
-      divide_elements(op.output.dtype, op.output.data, op.output.count, n);
+    } while (done < shape.count);
+    const bool averaged = op.kind == OpKind::kAllReduce || op.kind == OpKind::kReduceScatter ||
+                          (op.kind == OpKind::kReduce && context_->rank == op.root);
+    if (averaged && op.reduce_op == ReduceOp::kAvg) {
+      divide_elements(op.output.dtype, op.output.data, op.output.count, context_->size);
     }
   }
 
-  // Chunk [first, first + k) of every rank's part is in the slots: place it in the output.
-  void consume_shm_chunk(const Op& op, size_t first, size_t k) {
+  // Elements [first, first + k) (`bytes`) of each block of `count` are in the slots (block j of
+  // rank q at offset j x bytes of slot q): place them in the output.
+  void consume_shm_chunk(const Op& op, size_t count, size_t first, size_t k, size_t bytes) {
     const int n = context_->size;
-    const size_t bytes = k * dtype_size_bytes(op.output.dtype);
+    const size_t rank = static_cast<size_t>(context_->rank);
+    const bool root = context_->rank == op.root;
     auto fold = [&](size_t offset) {  // Reduces the slots' bytes at `offset` into the output.
       char* out = byte_at(op.output, first);
       const DType dtype = op.output.dtype;
@@ -616,20 +638,34 @@ class GlooBackend : public Backend {
         reduce_elements(dtype, op.reduce_op, out, out, shm_->slot(q) + offset, k);
       }
     };
+    // Block q of the output gets the slot bytes of rank q at `offset`.
+    auto gather_at = [&](size_t offset) {
+      for (int q = 0; q < n; ++q) {
+        std::memcpy(byte_at(op.output, static_cast<size_t>(q) * count + first),
+                    shm_->slot(q) + offset, bytes);
+      }
+    };
     switch (op.kind) {
       case OpKind::kAllReduce:
         return fold(0);
+      case OpKind::kReduce:
+        if (root) fold(0);
+        return;
       case OpKind::kReduceScatter:
-        return fold(static_cast<size_t>(context_->rank) * bytes);
+        return fold(rank * bytes);
       case OpKind::kBroadcast:
-        if (context_->rank != op.root)
-          std::memcpy(byte_at(op.output, first), shm_->slot(op.root), bytes);
+        if (!root) std::memcpy(byte_at(op.output, first), shm_->slot(op.root), bytes);
+        return;
+      case OpKind::kScatter:
+        std::memcpy(byte_at(op.output, first), shm_->slot(op.root) + rank * bytes, bytes);
         return;
       case OpKind::kAllGather:
-        for (int q = 0; q < n; ++q) {
-          std::memcpy(byte_at(op.output, q * op.input.count + first), shm_->slot(q), bytes);
-        }
+        return gather_at(0);
+      case OpKind::kGather:
+        if (root) gather_at(0);
         return;
+      case OpKind::kAllToAll:
+        return gather_at(rank * bytes);
       default:
         return;
     }
