@@ -88,7 +88,7 @@ def main(path):
                 f"{fmt_ratio(ratios(tl)) if tl else 'n/a'} | {len(ratios(gl))} |")
     for world in sorted(rows_for):
         # meshrt's ranks share this host: unless MESHRT_GLOO_SHM_SLOT_BYTES=0 was set, its
-        # all_reduce, reduce_scatter, all_gather and broadcast went through shared memory.
+        # collectives went through shared memory.
         shm = os.environ.get("MESHRT_GLOO_SHM_SLOT_BYTES") != "0"
         transport = ("meshrt: shared memory; raw gloo and torch: TCP over loopback" if shm else
                      "every impl: Gloo TCP over loopback (MESHRT_GLOO_SHM_SLOT_BYTES=0)")

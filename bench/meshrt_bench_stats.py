@@ -119,8 +119,8 @@ def plot(rows, world, png, out):
                     vals.append(f"{statistics.median(v):.5f}" if v else "NaN")
                 f.write(f"{b} " + " ".join(vals) + "\n")
             f.write("\n\n")
-    # meshrt's ranks share the host: its all_reduce, reduce_scatter, all_gather and broadcast go through shared
-    # memory unless MESHRT_GLOO_SHM_SLOT_BYTES=0.
+    # meshrt's ranks share the host: its collectives go through shared memory unless
+    # MESHRT_GLOO_SHM_SLOT_BYTES=0.
     transport = ("meshrt through shared memory, the others over TCP"
                  if os.environ.get("MESHRT_GLOO_SHM_SLOT_BYTES") != "0" else "all over TCP")
     script = [

@@ -46,8 +46,8 @@ std::vector<std::string> leaked_segments() {
 
 // World size, MESHRT_GLOO_ONESHOT_MAX_BYTES ("" = default: small all_reduces of 2 ranks, and of 4
 // and 8 ranks from 2n elements, go by recursive doubling, the rest by Gloo's ring; "0" = the ring
-// for every size) and MESHRT_GLOO_SHM_SLOT_BYTES ("" = default: all_reduces, reduce_scatters,
-// all_gathers, broadcasts and barriers go through shared memory, in 256 KiB chunks, and above 8
+// for every size) and MESHRT_GLOO_SHM_SLOT_BYTES ("" = default: every collective but uneven
+// all_to_all goes through shared memory, in 256 KiB chunks, and above 8
 // ranks only those of one chunk; "64" = in chunks of 64 bytes, so that nearly every op takes
 // several, with a remainder; "0" = all by TCP).
 class GlooWorld : public ::testing::TestWithParam<std::tuple<int, std::string, std::string>> {};
