@@ -47,9 +47,9 @@ std::vector<std::string> leaked_segments() {
 // World size, MESHRT_GLOO_ONESHOT_MAX_BYTES ("" = default: small all_reduces of 2 ranks, and of 4
 // and 8 ranks from 2n elements, go by recursive doubling, the rest by Gloo's ring; "0" = the ring
 // for every size) and MESHRT_GLOO_SHM_SLOT_BYTES ("" = default: every collective but uneven
-// all_to_all goes through shared memory, in 256 KiB chunks, and above 8
-// ranks only those of one chunk; "64" = in chunks of 64 bytes, so that nearly every op takes
-// several, with a remainder; "0" = all by TCP).
+// all_to_all goes through shared memory, in 256 KiB chunks; "64" = in chunks of 64 bytes (at 9
+// ranks 128: 8 bytes per rank, rounded up), so that nearly every op takes several, with a
+// remainder; "0" = all by TCP).
 class GlooWorld : public ::testing::TestWithParam<std::tuple<int, std::string, std::string>> {};
 
 TEST_P(GlooWorld, EveryCollectiveDtypeReduceOpP2PAndSplit) {
@@ -73,7 +73,8 @@ INSTANTIATE_TEST_SUITE_P(Sizes, GlooWorld,
                                            std::tuple{2, "", "0"}, std::tuple{4, "", "0"},
                                            std::tuple{8, "", "0"}, std::tuple{2, "0", "0"},
                                            std::tuple{4, "0", "0"}, std::tuple{3, "", "64"},
-                                           std::tuple{4, "", "64"}, std::tuple{9, "", ""}));
+                                           std::tuple{4, "", "64"}, std::tuple{9, "", ""},
+                                           std::tuple{9, "", "64"}));
 
 // MESHRT_GLOO_SHM_SLOT_BYTES: "" = the all_reduce goes through shared memory, where survivors see
 // the dead process through its pidfd; "0" = by TCP, where they see its connections close.

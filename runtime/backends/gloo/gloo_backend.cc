@@ -39,9 +39,11 @@ constexpr uint8_t kP2PHeaderSlotPrefix = 0x22;
 constexpr uint8_t kReduceScatterSlotPrefix = 0x21;
 constexpr uint8_t kOneShotSlotPrefix = 0x23;
 
-// Groups up to this size send collectives of any size through shared memory, chunk by chunk
-// (shm_fits).
-constexpr int kShmChunkedMaxRanks = 8;
+// Groups up to this size fold all_reduces and reduces of any size through shared memory, chunk
+// by chunk (shm_fits). At 16 ranks on 2 cores an 8 MiB all_reduce took 25-33 ms so, 83-86 ms over
+// TCP; with enough cores a ring over TCP would win from about 2 x (memcpy / loopback bandwidth),
+// some 13-16 ranks. Larger groups fold only ops of one chunk.
+constexpr int kShmFoldMaxRanks = 16;
 
 // Whether an all_reduce runs by recursive doubling (log2(n) exchanges) rather than Gloo's ring
 // (2(n-1) steps). Power-of-two groups only: elsewhere the surplus ranks need extra steps. Above 2
@@ -574,16 +576,14 @@ class GlooBackend : public Backend {
     }
   }
 
-  // Whether `op` goes through the shared-memory segment: every collective but uneven all_to_all
-  // on a group of up to kShmChunkedMaxRanks, in chunks; above that, those whose blocks fit one
-  // slot (one exchange). Each rank reads every rank's chunk, so a large op costs each rank n
-  // reads of it: on bigger groups a ring's 2(n-1)/n over TCP may move less.
+  // Whether `op` goes through the shared-memory segment: every collective but uneven all_to_all,
+  // in chunks. all_reduce and reduce read every rank's chunk to fold it (n reads per byte, where a
+  // ring over TCP reads 2(n-1)/n), so above kShmFoldMaxRanks ranks only those of one chunk do.
   bool shm_fits(const Op& op) const {
     if (is_p2p(op.kind) || op.kind == OpKind::kCoalesced) return false;
     if (op.kind == OpKind::kAllToAll && !op.input_splits.empty()) return false;
-    if (context_->size <= kShmChunkedMaxRanks) return true;
-    const ShmShape shape = shm_shape(op);
-    return shape.count * shape.parts * dtype_size_bytes(shape.dtype) <= shm_->slot_bytes();
+    const bool folds = op.kind == OpKind::kAllReduce || op.kind == OpKind::kReduce;
+    return !folds || context_->size <= kShmFoldMaxRanks || op.input.bytes() <= shm_->slot_bytes();
   }
 
   // The op as exchanges through the segment, one per chunk (one for an empty op or a barrier):
@@ -594,8 +594,8 @@ class GlooBackend : public Backend {
     const auto deadline = std::chrono::steady_clock::now() + gloo_timeout(op);
     const ShmShape shape = shm_shape(op);
     const size_t element_bytes = dtype_size_bytes(shape.dtype);
-    // Elements per block per exchange: slots hold >= 64 B and groups hold <= 8 ranks, or the
-    // whole op fits one slot.
+    // Elements per block per exchange: a slot holds at least 8 bytes per rank (ShmGroup), so at
+    // least one of each block.
     const size_t chunk = shm_->slot_bytes() / element_bytes / shape.parts;
     size_t done = 0;
     do {

@@ -32,8 +32,8 @@ struct GlooConfig {
   // Default: MESHRT_GLOO_ONESHOT_MAX_BYTES, else 256 KiB.
   size_t one_shot_max_bytes = gloo_one_shot_max_bytes_from_env();
   // When every rank of a communicator runs on this host, its collectives (all but uneven
-  // all_to_all; not send/recv) go through a shared-memory segment instead of TCP
-  // (shm_group.h), in chunks of this many bytes per rank (groups above 8 ranks: only ops of one
+  // all_to_all; not send/recv) go through a shared-memory segment instead of TCP (shm_group.h),
+  // in chunks of this many bytes per rank (above 16 ranks, all_reduce and reduce only of one
   // chunk). The segment takes 2 x ranks x this much of /dev/shm; 0 = always TCP. Must be equal on
   // all ranks (else TCP is used). Inherited by splits. Default: MESHRT_GLOO_SHM_SLOT_BYTES, else
   // 256 KiB.

@@ -14,6 +14,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <climits>
@@ -181,7 +182,9 @@ std::unique_ptr<ShmGroup> ShmGroup::create(const std::shared_ptr<gloo::Context>&
     return nullptr;
   };
   if (n < 2 || n > kMaxRanks) return refuse(fmt::format("{} ranks", n));
-  // Whole cache lines, so that every slot starts on one: a chunk is then at least 64 bytes.
+  // At least 8 bytes per rank, so that an exchange carries one element of each rank's block
+  // (all_to_all, scatter, reduce_scatter), in whole cache lines, so that every slot starts on one.
+  if (slot_bytes != 0) slot_bytes = std::max(slot_bytes, size_t{8} * static_cast<size_t>(n));
   slot_bytes = (slot_bytes + kCacheLine - 1) / kCacheLine * kCacheLine;
   // Every rank decides from the same gathered offers, so every rank decides alike.
   struct Offer {

@@ -46,7 +46,8 @@ class ShmGroup {
   // reads grow with the group.
   static constexpr int kMaxRanks = 64;
 
-  // The largest contribution of one rank to one exchange (a multiple of 64).
+  // The largest contribution of one rank to one exchange: the size asked for, at least 8 bytes
+  // per rank, rounded up to a multiple of 64.
   size_t slot_bytes() const { return slot_bytes_; }
   // Where this rank writes its contribution to the next exchange (slot_bytes() bytes).
   char* my_slot();
