@@ -84,8 +84,8 @@ class Backend {
   // launch.
   virtual std::unique_ptr<PendingOp> end_coalescing() { return nullptr; }
   // Makes an op in flight fail fast where the backend can interrupt it (in-process fails it with
-  // kPeerFailure on every member; Gloo cannot and does nothing). The communicator itself fails
-  // later ops with kAborted.
+  // kPeerFailure on every member; Gloo fails a shared-memory exchange with kAborted on this rank
+  // and cannot interrupt TCP). The communicator itself fails later ops with kAborted.
   virtual void abort() noexcept = 0;
 };
 
