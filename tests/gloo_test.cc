@@ -1,6 +1,7 @@
 // The Gloo backend with real processes on loopback: every collective x dtype x reduce op at 2, 3,
-// 4 and 8 ranks (small ops through shared memory and over TCP, all_reduce both by recursive
-// doubling and by the ring), p2p and split, a peer that dies mid-job and an abort.
+// 4, 8 and 9 ranks (through shared memory, in one chunk and in many, and over TCP, all_reduce both
+// by recursive doubling and by the ring), p2p and split, a peer that dies mid-job, an abort, and
+// the shared-memory knob's bounds.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
