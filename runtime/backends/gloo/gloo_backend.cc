@@ -162,7 +162,7 @@ std::unique_ptr<ShmGroup> make_shm_group(const std::shared_ptr<gloo::Context>& c
                                          std::chrono::milliseconds timeout) {
   if (context->size < 2) return nullptr;
   std::string why_not;
-  auto group = ShmGroup::create(context, slot_bytes, timeout, &why_not);
+  auto group = ShmGroup::create(context, slot_bytes, timeout, why_not);
   if (!group) log().info("gloo '{}': TCP instead of shared memory: {}", store_key, why_not);
   return group;
 }

@@ -174,11 +174,11 @@ size_t ShmGroup::slot_stride(size_t slot_bytes) { return sizeof(SlotHeader) + sl
 
 std::unique_ptr<ShmGroup> ShmGroup::create(const std::shared_ptr<gloo::Context>& context,
                                            size_t slot_bytes, std::chrono::milliseconds timeout,
-                                           std::string* why_not) {
+                                           std::string& why_not) {
   const int n = context->size;
   const int rank = context->rank;
   auto refuse = [&](std::string why) -> std::unique_ptr<ShmGroup> {
-    if (why_not != nullptr) *why_not = std::move(why);
+    why_not = std::move(why);
     return nullptr;
   };
   if (n < 2 || n > kMaxRanks) return refuse(fmt::format("{} ranks", n));

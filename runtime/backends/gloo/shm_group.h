@@ -37,7 +37,7 @@ class ShmGroup {
   // when Gloo fails.
   static std::unique_ptr<ShmGroup> create(const std::shared_ptr<gloo::Context>& context,
                                           size_t slot_bytes, std::chrono::milliseconds timeout,
-                                          std::string* why_not);
+                                          std::string& why_not);
   ~ShmGroup();
   ShmGroup(const ShmGroup&) = delete;
   ShmGroup& operator=(const ShmGroup&) = delete;
