@@ -45,6 +45,9 @@ std::vector<std::string> leaked_segments() {
   return leaked;
 }
 
+// What a Gloo communicator logs at info when its ranks cannot share a segment.
+constexpr const char* kStaysOnTcp = "TCP instead of shared memory";
+
 // World size, MESHRT_GLOO_ONESHOT_MAX_BYTES ("" = default: small all_reduces of 2 ranks, and of 4
 // and 8 ranks from 2n elements, go by recursive doubling, the rest by Gloo's ring; "0" = the ring
 // for every size) and MESHRT_GLOO_SHM_SLOT_BYTES ("" = default: every collective but uneven
@@ -59,13 +62,34 @@ TEST_P(GlooWorld, EveryCollectiveDtypeReduceOpP2PAndSplit) {
                                          {"MESHRT_TIMEOUT_MS", "30000"}};
   if (!one_shot_max.empty()) env["MESHRT_GLOO_ONESHOT_MAX_BYTES"] = one_shot_max;
   if (!shm_max.empty()) env["MESHRT_GLOO_SHM_SLOT_BYTES"] = shm_max;
+  env["MESHRT_LOG_LEVEL"] = "info";  // A communicator that stays on TCP says so at info.
   const auto results =
       run_ranks({MESHRT_GLOO_WORKER, "collectives"}, size, std::chrono::seconds(90), env);
   for (const auto& r : results) {
     EXPECT_EQ(r.exit_code, 0) << describe(results);
     if (r.exit_code != 0) break;
   }
+  // The path asked for is the path taken: a refused segment would quietly make the shared-memory
+  // cases repeat the TCP ones.
+  for (const auto& r : results) {
+    EXPECT_EQ(r.output.find(kStaysOnTcp) != std::string::npos, shm_max == "0") << r.output;
+  }
   EXPECT_EQ(leaked_segments(), std::vector<std::string>{});
+}
+
+TEST(Gloo, RanksWithDifferentSlotSizesAllStayOnTcp) {
+  const auto results =
+      run_ranks({MESHRT_GLOO_WORKER, "collectives_slot_mismatch"}, 2, std::chrono::seconds(90),
+                {{"MESHRT_INIT_TIMEOUT_MS", "30000"},
+                 {"MESHRT_TIMEOUT_MS", "30000"},
+                 {"MESHRT_LOG_LEVEL", "info"}});
+  for (const auto& r : results) {
+    EXPECT_EQ(r.exit_code, 0) << describe(results);
+    EXPECT_NE(r.output.find(std::string(kStaysOnTcp) +
+                            ": ranks set different MESHRT_GLOO_SHM_SLOT_BYTES"),
+              std::string::npos)
+        << r.output;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, GlooWorld,

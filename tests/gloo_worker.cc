@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -44,9 +45,16 @@ std::vector<std::string> check_same_bits_everywhere(meshrt::Communicator& world)
 
 int main(int argc, char** argv) {
   const std::string scenario = argc > 1 ? argv[1] : "collectives";
+  // "collectives_slot_mismatch": rank 1 asks for another slot size than its peers, so that the
+  // communicator must fall back to TCP on every rank alike; then the same checks.
+  const char* rank_env = std::getenv("RANK");
+  if (scenario == "collectives_slot_mismatch" && rank_env != nullptr &&
+      std::string(rank_env) == "1") {
+    ::setenv("MESHRT_GLOO_SHM_SLOT_BYTES", "128", 1);
+  }
   try {
     auto world = meshrt::init();
-    if (scenario == "collectives") {
+    if (scenario == "collectives" || scenario == "collectives_slot_mismatch") {
       auto failures = meshrt::testing::check_all_collectives(*world);
       auto more = meshrt::testing::check_p2p_and_split(*world);
       failures.insert(failures.end(), more.begin(), more.end());

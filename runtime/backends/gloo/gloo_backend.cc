@@ -597,18 +597,21 @@ class GlooBackend : public Backend {
     // Elements per block per exchange: a slot holds at least 8 bytes per rank (ShmGroup), so at
     // least one of each block.
     const size_t chunk = shm_->slot_bytes() / element_bytes / shape.parts;
+    if (chunk == 0)
+      throw Error(ErrorCode::kInternal, {}, "gloo shared memory: a slot under 8 bytes per rank");
+    const ShmStamp stamp{op.collective_seq, tag(op)};
     size_t done = 0;
     do {
       const size_t k = std::min(chunk, shape.count - done);
       const size_t bytes = k * element_bytes;
       if (shape.contributes && bytes != 0) {
+        char* slot = shm_->my_slot();
         for (size_t j = 0; j < shape.parts; ++j) {
-          std::memcpy(shm_->my_slot() + j * bytes, byte_at(*shape.source, j * shape.count + done),
-                      bytes);
+          std::memcpy(slot + j * bytes, byte_at(*shape.source, j * shape.count + done), bytes);
         }
       }
       try {
-        shm_->exchange({op.collective_seq, tag(op)}, deadline);
+        shm_->exchange(stamp, deadline);
       } catch (const Error& e) {
         if (e.code() != ErrorCode::kTimeout) throw;
         throw gloo_diagnose(op, context_->rank, context_->size, *comm_store_, diagnose_reserve(op),

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -102,10 +103,18 @@ uint64_t host_identity() {
   return h == 0 ? 1 : h;
 }
 
-size_t cpus_available() {
+// The CPUs this process may run on, as a bit mask over the first kMaskWords x 64; empty when the
+// kernel will not say.
+constexpr size_t kMaskWords = 16;
+using CpuMask = std::array<uint64_t, kMaskWords>;
+CpuMask cpu_mask() {
+  CpuMask mask{};
   cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
-  return static_cast<size_t>(CPU_COUNT(&set));
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return mask;
+  for (size_t cpu = 0; cpu < kMaskWords * 64 && cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) mask[cpu / 64] |= uint64_t{1} << (cpu % 64);
+  }
+  return mask;
 }
 
 // Unmaps on scope exit unless released.
@@ -123,6 +132,8 @@ std::string map_segment(const std::string& name, bool create, size_t bytes, Mapp
   const int flags = create ? O_RDWR | O_CREAT | O_EXCL : O_RDWR;
   const int fd = shm_open(name.c_str(), flags, 0600);  // Only this user may open it.
   if (fd < 0) return fmt::format("shm_open({}): {}", name, std::strerror(errno));
+  // A name this call created and then failed to map goes at once (ShmGroup::create's guard
+  // removes it on every other path).
   std::string why;
   if (create) {
     // Reserves the pages now: tmpfs out of room later would be a SIGBUS on first touch.
@@ -141,6 +152,7 @@ std::string map_segment(const std::string& name, bool create, size_t bytes, Mapp
     if (mapping.base == MAP_FAILED) why = fmt::format("mmap: {}", std::strerror(errno));
   }
   close(fd);
+  if (create && !why.empty()) shm_unlink(name.c_str());
   return why;
 }
 
@@ -172,6 +184,11 @@ struct alignas(kCacheLine) ShmGroup::SlotHeader {
 
 size_t ShmGroup::slot_stride(size_t slot_bytes) { return sizeof(SlotHeader) + slot_bytes; }
 
+size_t ShmGroup::segment_bytes(int size, size_t slot_bytes) {
+  const size_t n = static_cast<size_t>(size);
+  return sizeof(Control) * n + 2 * slot_stride(slot_bytes) * n;
+}
+
 std::unique_ptr<ShmGroup> ShmGroup::create(const std::shared_ptr<gloo::Context>& context,
                                            size_t slot_bytes, std::chrono::milliseconds timeout,
                                            std::string& why_not) {
@@ -190,9 +207,17 @@ std::unique_ptr<ShmGroup> ShmGroup::create(const std::shared_ptr<gloo::Context>&
   struct Offer {
     uint64_t host;
     uint64_t slot_bytes;
+    CpuMask cpus;  // Where this rank may run: the union says whether the ranks can all spin.
   };
   const uint64_t host = host_identity();
-  const auto offers = all_gather(context, Offer{host, host == 0 ? 0 : slot_bytes}, timeout);
+  const auto offers =
+      all_gather(context, Offer{host, host == 0 ? 0 : slot_bytes, cpu_mask()}, timeout);
+  size_t cpus = 0;
+  for (size_t w = 0; w < kMaskWords; ++w) {
+    uint64_t word = 0;
+    for (const Offer& o : offers) word |= o.cpus[w];
+    cpus += static_cast<size_t>(std::popcount(word));
+  }
   for (int q = 0; q < n; ++q) {
     if (offers[q].slot_bytes == 0) {
       return refuse(fmt::format("rank {} has MESHRT_GLOO_SHM_SLOT_BYTES=0 or an unknown host", q));
@@ -202,20 +227,27 @@ std::unique_ptr<ShmGroup> ShmGroup::create(const std::shared_ptr<gloo::Context>&
       return refuse("ranks set different MESHRT_GLOO_SHM_SLOT_BYTES");
     }
   }
-  const size_t bytes = sizeof(Control) * n + 2 * slot_stride(slot_bytes) * n;
+  const size_t bytes = segment_bytes(n, slot_bytes);
 
   std::array<char, kNameBytes> name{};
   Mapping mapping;
   std::string why;
+  // Rank 0 removes the name on every way out, a Gloo failure of the steps below included: by then
+  // every rank that will map it has (mappings outlive the name).
+  struct Unlink {
+    std::string name;
+    ~Unlink() {
+      if (!name.empty()) shm_unlink(name.c_str());
+    }
+  } unlink_on_exit;
   if (rank == 0) {
     std::random_device random;
     const std::string s = fmt::format("/meshrt-{}-{:08x}{:08x}", getpid(), random(), random());
     why = map_segment(s, true, bytes, mapping);
     if (why.empty()) {
+      unlink_on_exit.name = s;
       std::memcpy(name.data(), s.data(), s.size());
       static_cast<Control*>(mapping.base)[0].pid = getpid();
-    } else {
-      shm_unlink(s.c_str());
     }
   }
   gloo::BroadcastOptions b(context);
@@ -230,23 +262,23 @@ std::unique_ptr<ShmGroup> ShmGroup::create(const std::shared_ptr<gloo::Context>&
     why = map_segment(segment, false, bytes, mapping);
     if (why.empty()) static_cast<Control*>(mapping.base)[rank].pid = getpid();
   }
-  // The name goes once every rank has mapped it (or failed to): nothing is left in /dev/shm.
+  // The name goes (unlink_on_exit) once every rank has mapped it or failed to.
   const auto mapped = all_gather(context, uint64_t{why.empty() ? 1u : 0u}, timeout);
-  if (rank == 0) shm_unlink(segment.c_str());
   for (int q = 0; q < n; ++q) {
     if (mapped[q] == 0) return refuse(q == rank ? why : fmt::format("rank {} could not map it", q));
   }
-  return std::unique_ptr<ShmGroup>(new ShmGroup(mapping.release(), bytes, rank, n, slot_bytes));
+  // Spin only when the ranks together may run on as many CPUs as there are ranks.
+  const bool spin = static_cast<size_t>(n) <= cpus;
+  return std::unique_ptr<ShmGroup>(new ShmGroup(mapping.release(), rank, n, slot_bytes, spin));
 }
 
-ShmGroup::ShmGroup(void* base, size_t bytes, int rank, int size, size_t slot_bytes)
+ShmGroup::ShmGroup(void* base, int rank, int size, size_t slot_bytes, bool spin)
     : base_(base),
-      bytes_(bytes),
       rank_(rank),
       size_(size),
       slot_bytes_(slot_bytes),
       slot_stride_(slot_stride(slot_bytes)),
-      spin_(static_cast<size_t>(size) <= cpus_available() ? kSpin : std::chrono::nanoseconds(0)),
+      spin_(spin ? kSpin : std::chrono::nanoseconds(0)),
       peer_pidfds_(static_cast<size_t>(size), -1),
       peer_pids_(static_cast<size_t>(size), 0) {
   const int self = getpid();
@@ -262,7 +294,7 @@ ShmGroup::~ShmGroup() {
   for (int fd : peer_pidfds_) {
     if (fd >= 0) close(fd);
   }
-  munmap(base_, bytes_);
+  munmap(base_, segment_bytes(size_, slot_bytes_));
 }
 
 ShmGroup::Control& ShmGroup::control(int q) const { return static_cast<Control*>(base_)[q]; }
@@ -284,9 +316,7 @@ const char* ShmGroup::slot(int q) const {
 }
 
 void ShmGroup::exchange(const ShmStamp& stamp, Clock::time_point deadline) {
-  if (aborted_.load(std::memory_order_relaxed)) {
-    throw Error(ErrorCode::kAborted, {}, "gloo shared memory: the communicator was aborted");
-  }
+  throw_if_aborted();
   const uint32_t e = ++exchanges_;
   header(e, rank_).stamp = stamp;
   Control& me = control(rank_);
@@ -295,9 +325,8 @@ void ShmGroup::exchange(const ShmStamp& stamp, Clock::time_point deadline) {
   me.published.store(e);
   if (me.waiters.load() != 0) futex_wake_all(me.published);
   for (int q = 0; q < size_; ++q) {
-    if (q != rank_) wait_for(q, e, deadline);
-  }
-  for (int q = 0; q < size_; ++q) {
+    if (q == rank_) continue;
+    wait_for(q, e, deadline);
     const ShmStamp& theirs = header(e, q).stamp;
     if (theirs.collective_seq != stamp.collective_seq || theirs.tag != stamp.tag) {
       // Over TCP such ranks' messages never match and the op hangs until its timeout, while the
@@ -321,10 +350,14 @@ void ShmGroup::hold_until(Clock::time_point deadline, int q) {
   }
 }
 
-void ShmGroup::throw_if_aborted_or_exited(int q) const {
+void ShmGroup::throw_if_aborted() const {
   if (aborted_.load()) {
     throw Error(ErrorCode::kAborted, {}, "gloo shared memory: the communicator was aborted");
   }
+}
+
+void ShmGroup::throw_if_aborted_or_exited(int q) const {
+  throw_if_aborted();
   if (peer_exited(q)) {
     throw Error(ErrorCode::kPeerFailure, {},
                 fmt::format("gloo shared memory: rank {} (pid {}) exited", q, peer_pids_[q]));
@@ -360,7 +393,9 @@ void ShmGroup::wait_for(int q, uint32_t e, Clock::time_point deadline) {
     }
     c.waiters.fetch_add(1);
     const uint32_t seen = c.published.load();
-    if (!reached(seen, e)) {
+    // abort() sets the flag, then wakes. Checked here, an abort before this point is seen, one
+    // during the sleep wakes it, and one in between is seen at the latest after kSlice.
+    if (!reached(seen, e) && !aborted_.load()) {
       futex_wait(c.published, seen, std::min<Clock::duration>(kSlice, deadline - now));
     }
     c.waiters.fetch_sub(1);

@@ -65,20 +65,22 @@ class ShmGroup {
  private:
   struct Control;
   struct SlotHeader;
-  ShmGroup(void* base, size_t bytes, int rank, int size, size_t slot_bytes);
+  ShmGroup(void* base, int rank, int size, size_t slot_bytes, bool spin);
   // Bytes from one slot to the next: its header and `slot_bytes` (whole cache lines).
   static size_t slot_stride(size_t slot_bytes);
+  // The whole segment: each rank's Control and two sets of slots.
+  static size_t segment_bytes(int size, size_t slot_bytes);
 
   Control& control(int q) const;
   SlotHeader& header(uint32_t exchange, int q) const;
   void wait_for(int q, uint32_t exchange, std::chrono::steady_clock::time_point deadline);
   // Sleeps until `deadline` (a mismatched exchange), watching abort() and rank q.
   void hold_until(std::chrono::steady_clock::time_point deadline, int q);
+  void throw_if_aborted() const;
   void throw_if_aborted_or_exited(int q) const;
   bool peer_exited(int q) const;
 
   void* base_;
-  size_t bytes_;
   int rank_;
   int size_;
   size_t slot_bytes_;
