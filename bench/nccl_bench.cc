@@ -205,7 +205,9 @@ int run(int iterations) {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // As meshrt's communicators.
   config.commName = "nccl_bench_raw";
-  nonblocking(ncclCommInitRankConfig(&raw, 1, id, 0, &config), "ncclCommInitRankConfig", raw);
+  // `raw` is read only once the call has set it: an argument list has no evaluation order.
+  const ncclResult_t init = ncclCommInitRankConfig(&raw, 1, id, 0, &config);
+  nonblocking(init, "ncclCommInitRankConfig", raw);
   const auto raw_op = [&](ncclRedOp_t op) -> std::function<void()> {
     return [&, op] {
       nonblocking(ncclAllReduce(raw_buf, raw_buf, 2, ncclFloat32, op, raw, s), "ncclAllReduce",

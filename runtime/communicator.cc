@@ -337,9 +337,13 @@ void Communicator::launch_pending(const Op& op, const WorkHandle& work,
       entry->owner = work;
     }
     if (done_now) debug = std::move(entry->debug);
-    // Ops on a stream finish in launch order: retiring the finished ones at the front here
-    // keeps the list (and the events it holds) short however rarely the watchdog polls.
-    if (model_ == ExecutionModel::kLaunchOnStream) retire_front_locked(retired);
+    // Ops on a stream finish in launch order: retiring the oldest here, one poll per launch,
+    // keeps the list (and the events it holds) a few ops long however rarely the watchdog polls.
+    // The newest few are left alone: a poll of an op just launched is a wasted query.
+    constexpr size_t kUnpolledLaunches = 4;
+    if (model_ == ExecutionModel::kLaunchOnStream && inflight_.size() > kUnpolledLaunches) {
+      retire_oldest_locked(retired);
+    }
     trim_inflight_locked();
   }
   finish_failed(retired);
@@ -441,11 +445,12 @@ void Communicator::poll_launched(std::vector<std::pair<WorkHandle, Error>>& fail
   trim_inflight_locked();
 }
 
-void Communicator::retire_front_locked(std::vector<std::pair<WorkHandle, Error>>& failed) {
-  int64_t now_ns = 0;
+void Communicator::retire_oldest_locked(std::vector<std::pair<WorkHandle, Error>>& failed) {
   for (Launched& e : inflight_) {
     if (e.done) continue;
-    if (!e.pending || !poll_entry_locked(e, now_ns, failed)) return;
+    int64_t now_ns = 0;
+    if (e.pending) poll_entry_locked(e, now_ns, failed);
+    return;
   }
 }
 

@@ -307,9 +307,8 @@ class Communicator {
   void trim_inflight_locked();
   // One round over the launched ops, inflight_mu_ held; failures go to `failed`.
   void poll_launched(std::vector<std::pair<WorkHandle, Error>>& failed);
-  // Polls the oldest unfinished ops until one is still running, inflight_mu_ held (ops on one
-  // stream finish in order); failures go to `failed`.
-  void retire_front_locked(std::vector<std::pair<WorkHandle, Error>>& failed);
+  // Polls the oldest unfinished op, inflight_mu_ held; a failure goes to `failed`.
+  void retire_oldest_locked(std::vector<std::pair<WorkHandle, Error>>& failed);
   // Polls entry `e` (not done, has a pending op), inflight_mu_ held: completes it, or fails it
   // into `failed` (error, abort, past its deadline). `now_ns` is read once per round. Returns
   // whether it is done now.

@@ -250,7 +250,7 @@ class NcclBackend final : public Backend {
     }
     cuda::CapturedOp* watch = nullptr;
     if (captured && settings_.watch_graphs) {
-      watch = graphs()->watch(s, graph, capture_id, capture_record(op));
+      watch = graphs()->watch(s, graph, capture_id, capture_record(op, capture_id));
     }
     {
       std::unique_lock lock = lock_comm();
@@ -486,10 +486,11 @@ class NcclBackend final : public Backend {
   }
 
   // The record of a captured op, for its replays' hang reports.
-  trace::OpRecord capture_record(const Op& op) const {
+  trace::OpRecord capture_record(const Op& op, uint64_t capture_id) const {
     trace::OpRecord r = make_record(op, info_, std::source_location::current());
     r.caller_file = "";
     r.caller_line = 0;
+    r.cuda_graph_id = capture_id;
     r.op_seq = op.op_seq;
     r.collective_seq = op.collective_seq;
     r.enqueue_ns = trace::steady_now_ns();
