@@ -67,10 +67,11 @@ if [ -f "$src/bench/torch_nccl_bench.py" ]; then
 else
   echo "gpu_carry: warning: bench/torch_nccl_bench.py not found: left out (its step will skip)"
 fi
+# What was packed: the build's source commit (the binaries), the scripts' commit (run.sh).
+commit() { git -C "$1" describe --always --dirty 2>/dev/null || echo "$1 (no git)"; }
+built_from=$(sed -n 's/.*"directories": *{"source": *"\([^"]*\)".*/\1/p' "$build/meson-info/meson-info.json")
 {
-  echo "packed $(date -u +%FT%TZ) on $(hostname) from $build"
-  echo "source $(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo '?')$(
-    git -C "$src" diff --quiet HEAD 2>/dev/null || echo ' (with local changes)')"
+  echo "packed $(date -u +%FT%TZ) on $(hostname): binaries from $built_from at $(commit "$built_from"), run.sh at $(commit "$src")"
   echo "binaries: ${bins[*]}"
 } >"$carry/info.txt"
 

@@ -32,7 +32,7 @@ LIBPATH=$CARRY/lib${nccl_dir:+:$nccl_dir}
 MRT=(env "LD_LIBRARY_PATH=$LIBPATH")  # For meshrt's binaries only: python3 keeps its libraries.
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 {
-  echo "gpu_run $(date -u +%FT%TZ) on $(hostname); carry: $(head -2 "$CARRY/info.txt" | tr '\n' ' ')"
+  echo "gpu_run $(date -u +%FT%TZ) on $(hostname); carry $(head -1 "$CARRY/info.txt")"
   echo "GPUs: $gpus $(nvidia-smi -L 2>/dev/null | head -1)"
   nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | sed 's/^/driver: /;q'
   echo "NCCL dir: ${nccl_dir:-none found}; nccl_bench loads:" \
@@ -110,18 +110,28 @@ have() {
   return 1
 }
 
+# fields LABEL KEY...: "KEY value; ..." from the log's lines "LABEL KEY value ...".
+fields() {
+  awk -v l="$1" -v keys=" ${*:2} " '$1 == l && index(keys, " " $2 " ") { printf "%s %s; ", $2, $3 }' "$log"
+}
+
 # (1) NCCL unit tests; (2) per-call CUDA costs; (3) nccl_bench four ways.
 if have nccl_unit_test; then
   run nccl_unit_test 60 "${MRT[@]}" "$BIN/nccl_unit_test"
   result=$(gtest_line); verdict nccl_unit_test host
 fi
-if have cuda_cost_bench; then run cuda_cost_bench 60 "${MRT[@]}" "$BIN/cuda_cost_bench"; verdict cuda_cost_bench gpu; fi
+if have cuda_cost_bench; then
+  run cuda_cost_bench 60 "${MRT[@]}" "$BIN/cuda_cost_bench"
+  result=$(awk '$1 == "cost" { n++; s = s $2 " " $3 "; " } END { if (n) print n " costs (ns): " s }' "$log")
+  verdict cuda_cost_bench gpu
+fi
 for way in nccl_bench "nccl_bench_no_ptr_check MESHRT_NCCL_CHECK_POINTERS=0" \
   "nccl_bench_caller_stream MESHRT_NCCL_USE_CALLER_STREAM=1" "nccl_bench_timing MESHRT_ENABLE_TIMING=1"; do
   read -r step var <<<"$way"
   have nccl_bench "$step" || continue
   run "$step" 45 "${MRT[@]}" ${var:+"$var"} "$BIN/nccl_bench"
-  result=$(grep 'ns/op' "$log" | tr '\n' ';'); verdict "$step" gpu
+  result=$(fields nccl_bench overhead_ns overhead_avg_ns raw_ns meshrt_ns cold_pool_ns results)
+  verdict "$step" gpu
 done
 
 # (4) PyTorch's ProcessGroupNCCL, world size 1.
@@ -130,41 +140,44 @@ if [ ! -f "$CARRY/torch_nccl_bench.py" ]; then
 elif ! python3 -c 'import torch' 2>/dev/null; then
   record torch_nccl_bench skipped - 0 "no python3 with torch"
 else
-  run torch_nccl_bench 90 env RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 python3 "$CARRY/torch_nccl_bench.py"
+  run torch_nccl_bench 90 python3 "$CARRY/torch_nccl_bench.py"
+  result=$(fields torch_nccl_bench all_reduce_8B_ns all_reduce_avg_8B_ns cold_ns results)
   verdict torch_nccl_bench gpu
 fi
 
-# (5) gpu_test with the throw policy, so that one failure does not hide the rest. Its hang tests
-# exec gpu_hang_worker: the build's path is not here, so it is named.
+# (5) gpu_test with the throw policy, so that one failure does not hide the rest (its hang tests
+# exec the gpu_hang_worker beside it).
 if have gpu_test; then
   run gpu_test 200 "${MRT[@]}" MESHRT_ON_TIMEOUT=throw MESHRT_DUMP_PREFIX="$LOGS/gpu_test_dumps/fr_" \
-    MESHRT_GPU_HANG_WORKER="$BIN/gpu_hang_worker" \
     "$BIN/gpu_test" --gtest_output=xml:"$LOGS/gpu_test.xml"
   result=$(gtest_line); verdict gpu_test gpu
 fi
 
-# (6) Hangs made on purpose, each in its own process: exit 70 (abort policy), fr_0 dumped with
-# the all_reduce, and meshtrace's verdict on the dump.
+# (6) Hangs made on purpose (a spinning kernel ahead of an all_gather, 1 s op timeout), each in
+# its own process: exit 70 (abort policy) within 3 s of the hang's launch (DIR/armed, monotonic
+# ns), fr_0 dumped with the all_gather, and meshtrace's verdict on the dump.
 for mode in stream graph; do
   have gpu_hang_worker "hang_$mode" || continue
   dir=$LOGS/hang_$mode
   mkdir -p "$dir"
   run "hang_$mode" 45 "${MRT[@]}" MESHRT_ON_TIMEOUT=abort MESHRT_DUMP_PREFIX="$dir/fr_" \
     "$BIN/gpu_hang_worker" "$mode" "$dir"
-  if [ "$rc" = 0 ]; then
-    record "hang_$mode" failed 0 "$secs" "exit 0, not 70: $(tail -1 "$log")"
-  fi
-  if [ "$rc" != 70 ]; then
-    [ "$rc" = 0 ] || verdict "hang_$mode" gpu
+  if [ "$rc" != 70 ]; then  # Not ended by the watchdog: a failure (0 too), unless no device.
+    [ "$rc" = 0 ] && rc="0!"
+    verdict "hang_$mode" gpu
     continue
   fi
+  gap=$(python3 -c 'import sys, time
+print("%.2f" % ((time.monotonic_ns() - int(open(sys.argv[1]).read())) / 1e9))' "$dir/armed" 2>/dev/null)
   secs_hang=$secs
   run "hang_${mode}_analyze" 30 "${MRT[@]}" "$BIN/meshtrace" analyze "$dir" --prefix fr_
-  said=$(grep -v '^\s*$\|^+ ' "$log" | head -3 | tr '\n' ' ')
-  if grep -aq all_reduce "$dir/fr_0" 2>/dev/null; then
-    record "hang_$mode" passed 70 "$secs_hang" "fr_0 has the all_reduce; meshtrace (rc $rc): $said"
+  said="hang to exit ${gap:-?} s; meshtrace (rc $rc): $(grep -v '^\s*$\|^+ ' "$log" | head -3 | tr '\n' ' ')"
+  if ! grep -aq all_gather "$dir/fr_0" 2>/dev/null; then
+    record "hang_$mode" failed 70 "$secs_hang" "no fr_0 naming the all_gather; $said"
+  elif [ -n "$gap" ] && awk -v g="$gap" 'BEGIN { exit !(g > 3) }'; then
+    record "hang_$mode" failed 70 "$secs_hang" "too slow (> 1 s timeout + 2 s); $said"
   else
-    record "hang_$mode" failed 70 "$secs_hang" "exit 70 but no fr_0 naming all_reduce in $dir"
+    record "hang_$mode" passed 70 "$secs_hang" "$said"
   fi
 done
 
