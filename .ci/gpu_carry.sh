@@ -6,7 +6,7 @@
 # machine's. Then checks that every ELF in the carry finds each NEEDED library in lib/ or in that
 # system set (libnccl.so.2 included), and that the carry stays under 56 MiB.
 #
-#   .ci/gpu_carry.sh [BUILD_DIR [CARRY_DIR]]     (defaults: build, build-gpu-carry)
+#   .ci/gpu_carry.sh [BUILD_DIR [CARRY_DIR]]     (defaults: build, build-gpu-carry, in the repo)
 #   on the GPU machine, from the repo root:     OUT=<dir> bash build-gpu-carry/run.sh
 set -euo pipefail
 
@@ -21,9 +21,10 @@ OPTIONAL=(tests/gpu_hang_worker bench/cuda_cost_bench)
 SYSTEM_RE='^(linux-vdso\.so|ld-linux[-_a-z0-9.]*\.so|lib(c|m|mvec|pthread|dl|rt|resolv|util|anl)\.so|libstdc\+\+\.so|libgcc_s\.so|libcuda\.so|libnccl\.so\.2$)'
 MAX_MIB=56
 
+src=$(cd "$(dirname "$0")/.." && pwd)
+cd "$src"  # Relative paths are from the repository root, as in .ci/build.sh.
 build=$(realpath "${1:-build}")
 carry=${2:-build-gpu-carry}
-src=$(cd "$(dirname "$0")/.." && pwd)
 die() { echo "gpu_carry: $*" >&2; exit 1; }
 [ -f "$build/build.ninja" ] || die "$build is not a meson build dir"
 
@@ -62,14 +63,13 @@ done
 
 cp "$src/.ci/gpu_run.sh" "$carry/run.sh"
 chmod +x "$carry/run.sh"
-if [ -f "$src/bench/torch_nccl_bench.py" ]; then
-  cp "$src/bench/torch_nccl_bench.py" "$carry/"
-else
-  echo "gpu_carry: warning: bench/torch_nccl_bench.py not found: left out (its step will skip)"
-fi
+built_from=$(sed -n 's/.*"directories": *{"source": *"\([^"]*\)".*/\1/p' "$build/meson-info/meson-info.json")
+for d in "$src" "$built_from" ""; do
+  [ -n "$d" ] || echo "gpu_carry: warning: bench/torch_nccl_bench.py not found: left out (its step will skip)"
+  [ -f "$d/bench/torch_nccl_bench.py" ] && cp "$d/bench/torch_nccl_bench.py" "$carry/" && break
+done
 # What was packed: the build's source commit (the binaries), the scripts' commit (run.sh).
 commit() { git -C "$1" describe --always --dirty 2>/dev/null || echo "$1 (no git)"; }
-built_from=$(sed -n 's/.*"directories": *{"source": *"\([^"]*\)".*/\1/p' "$build/meson-info/meson-info.json")
 {
   echo "packed $(date -u +%FT%TZ) on $(hostname): binaries from $built_from at $(commit "$built_from"), run.sh at $(commit "$src")"
   echo "binaries: ${bins[*]}"

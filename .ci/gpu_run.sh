@@ -83,7 +83,7 @@ verdict() {
   cuda=$(grep -o 'no CUDA device.*' "$log" | head -1)
   if [ "$2" = gpu ] && { [ "$rc" = 77 ] || [ -n "$cuda" ]; } && ! grep -q '^\[       OK \]' "$log"; then
     line=${cuda:-no CUDA device (exit 77)}
-    if [ "$gpus" -gt 0 ]; then line="$line; yet nvidia-smi lists $gpus GPU"; else status=skipped; fi
+    if [ "$gpus" -gt 0 ]; then line="yet nvidia-smi lists $gpus GPU: $line"; else status=skipped; fi
   elif [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
     line="timed out: $line"
   elif [ "$rc" = 0 ]; then

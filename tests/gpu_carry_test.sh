@@ -34,9 +34,8 @@ summary=$tmp/out/summary.txt
 [ -s "$tmp/out/logs.tar.gz" ] || fail "no logs.tar.gz"
 tar -tzf "$tmp/out/logs.tar.gz" | grep -q 'logs/gpu_test.log' || fail "logs.tar.gz has no gpu_test.log"
 
-for step in nccl_unit_test cuda_cost_bench nccl_bench_default nccl_bench_MESHRT_NCCL_CHECK_POINTERS \
-  nccl_bench_MESHRT_NCCL_USE_CALLER_STREAM nccl_bench_MESHRT_ENABLE_TIMING torch_nccl_bench \
-  gpu_test hang_stream hang_graph tp_mlp_train; do
+for step in nccl_unit_test cuda_cost_bench nccl_bench nccl_bench_no_ptr_check nccl_bench_caller_stream \
+  nccl_bench_timing torch_nccl_bench gpu_test hang_stream hang_graph tp_mlp_train; do
   line=$(grep "^$step " "$summary") || fail "the summary has no step $step"
   if [ "$step" = nccl_unit_test ]; then
     [[ $line == *" passed "* ]] || fail "nccl_unit_test did not pass here: $line"
