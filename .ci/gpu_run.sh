@@ -48,7 +48,7 @@ cat "$SUMMARY"
 
 # record STEP STATUS RC SECS RESULT: one summary line.
 record() {
-  printf '%-24s %-7s %4s %6s  %s\n' "$1" "$2" "$3" "$4" "${5:0:200}" >>"$SUMMARY"
+  printf '%-24s %-7s %4s %6s  %s\n' "$1" "$2" "$3" "$4" "${5:0:300}" >>"$SUMMARY"
   echo "gpu_run: $1: $2 (rc $3, $4 s)"
   case $2 in passed) ((passed++)) ;; failed) ((failed++)); failed_logs+=("$LOGS/$1.log") ;;
   *) ((skipped++)) ;; esac
@@ -154,8 +154,20 @@ if have gpu_test; then
 fi
 
 # (6) Hangs made on purpose (a spinning kernel ahead of an all_gather, 1 s op timeout), each in
-# its own process: exit 70 (abort policy) within 3 s of the hang's launch (DIR/armed, monotonic
-# ns), fr_0 dumped with the all_gather, and meshtrace's verdict on the dump.
+# its own process: exit 70 (abort policy), fr_0 dumped with the all_gather within 3 s of the
+# hang's launch (DIR/armed and the dump's clock.steady_ns: both CLOCK_MONOTONIC ns), and
+# meshtrace's verdict on the dump.
+dump_facts() {  # DIR: "<s from hang to dump>|reason ..., trigger ..., all_gather <state> ..."
+  python3 - "$1" <<'PY' 2>/dev/null
+import json, sys
+j = json.load(open(sys.argv[1] + "/fr_0"))
+e = [x for x in j.get("entries", []) if "all_gather" in str(x.get("profiling_name"))]
+print("%.2f|reason %s, trigger %s, all_gather %s, cuda_graph_id %s" % (
+    (j["clock"]["steady_ns"] - int(open(sys.argv[1] + "/armed").read())) / 1e9, j.get("dump_reason"),
+    (j.get("trigger") or {}).get("op"), e[-1].get("state") if e else "absent",
+    e[-1].get("cuda_graph_id") if e else None))
+PY
+}
 for mode in stream graph; do
   have gpu_hang_worker "hang_$mode" || continue
   dir=$LOGS/hang_$mode
@@ -167,15 +179,14 @@ for mode in stream graph; do
     verdict "hang_$mode" gpu
     continue
   fi
-  gap=$(python3 -c 'import sys, time
-print("%.2f" % ((time.monotonic_ns() - int(open(sys.argv[1]).read())) / 1e9))' "$dir/armed" 2>/dev/null)
-  secs_hang=$secs
+  secs_hang=$secs facts=$(dump_facts "$dir")
   run "hang_${mode}_analyze" 30 "${MRT[@]}" "$BIN/meshtrace" analyze "$dir" --prefix fr_
-  said="hang to exit ${gap:-?} s; meshtrace (rc $rc): $(grep -v '^\s*$\|^+ ' "$log" | head -3 | tr '\n' ' ')"
+  said="dump ${facts%%|*} s after the hang: ${facts#*|}; meshtrace (rc $rc): $(
+    grep -v '^\s*$\|^+ ' "$log" | head -3 | tr -s ' \n' '  ')"
   if ! grep -aq all_gather "$dir/fr_0" 2>/dev/null; then
     record "hang_$mode" failed 70 "$secs_hang" "no fr_0 naming the all_gather; $said"
-  elif [ -n "$gap" ] && awk -v g="$gap" 'BEGIN { exit !(g > 3) }'; then
-    record "hang_$mode" failed 70 "$secs_hang" "too slow (> 1 s timeout + 2 s); $said"
+  elif [ -n "$facts" ] && awk -v g="${facts%%|*}" 'BEGIN { exit !(g > 3) }'; then
+    record "hang_$mode" failed 70 "$secs_hang" "too slow (> 1 s timeout + 2 s): $said"
   else
     record "hang_$mode" passed 70 "$secs_hang" "$said"
   fi
