@@ -5,7 +5,8 @@
 # tp_mlp_train under meshrun. Each step has its own timeout under a total budget; the summary
 # (step, status, exit code, seconds, one line) goes to $OUT/summary.txt and ends the output, every
 # log and dump goes to $OUT/logs.tar.gz. A GPU step that exits 77 or says "no CUDA device" is
-# skipped (a failure where nvidia-smi lists a GPU). Exit status: 1 if a step failed, else 0.
+# skipped (a failure where nvidia-smi lists a GPU); a step the budget leaves out fails. Exit
+# status: 1 if a step failed, else 0.
 #
 #   OUT=<dir> GPU_RUN_BUDGET_S=420 bash build-gpu-carry/run.sh     (OUT default: <carry>/out)
 #   MESHRT_NCCL_LIB_DIR=<dir> picks the NCCL; else ldconfig's, PyTorch's wheel, /usr/local/cuda's.
@@ -61,10 +62,10 @@ run() {
   local step=$1 limit=$2 left=$((DEADLINE - SECONDS)) t0=${EPOCHREALTIME:-$SECONDS} pid
   shift 2
   log=$LOGS/$step.log rc=-1 secs=0
+  echo "+ $*" >"$log"
   [ "$left" -lt "$limit" ] && limit=$left
   [ "$limit" -lt 5 ] && return
   echo "gpu_run: $step (at most $limit s)"
-  echo "+ $*" >"$log"
   timeout -k 5 "$limit" "$@" >>"$log" 2>&1 </dev/null &
   pid=$!
   wait $pid
@@ -77,7 +78,7 @@ run() {
 # result line is $result if set, else the log's last line.
 verdict() {
   local status=failed line cuda
-  [ "$rc" = -1 ] && { record "$1" skipped - 0 "budget spent"; return; }
+  [ "$rc" = -1 ] && { record "$1" failed - 0 "not run: the budget (GPU_RUN_BUDGET_S) is spent"; return; }
   line=${result:-$(grep -v '^\s*$\|^+ ' "$log" | tail -1)}
   result=''
   cuda=$(grep -o 'no CUDA device.*' "$log" | head -1)
