@@ -1,14 +1,49 @@
-// Host overhead per op on a GPU: raw ncclAllReduce of 8 bytes against meshrt's launch path
-// (validation, record, flight recorder on, events, pending op), both at world size 1, launched
-// back to back and synchronised once per batch. Prints ns per op for each and the difference.
+// Host overhead per op on a GPU: raw ncclAllReduce of 8 bytes against meshrt's
+// `all_reduce(view)->wait()` (validation, record, flight recorder, events, pending op), both at
+// world size 1 in this process, on one non-blocking caller stream. Host time to launch: ops are
+// issued back to back in chunks of 100, the stream synchronised between chunks outside the timed
+// region (so a full launch queue never turns host time into device time). Raw and meshrt batches
+// interleave (7 rounds, order rotated each round, as ../shared/reference/measuring.md asks):
+// figures are per-side medians and the paired median of the per-round difference.
 //
-//   build/bench/nccl_bench [iterations]   (a GPU machine; see docs/gpu.md)
+//   build/bench/nccl_bench [iterations]   (a GPU machine; see docs/gpu.md; default 20000)
+//
+// `iterations`: ops per series, split over the 7 rounds. Four series: in-place sum (meshrt's
+// all_reduce is in place only, so both sides are; at world size 1 NCCL runs it as a no-op, so
+// this is the pure host path) and in-place avg (NCCL launches its one-rank kernel: the case of
+// every real collective), each raw and meshrt. The raw communicator is non-blocking, as meshrt's.
+// One run per setting: MESHRT_NCCL_CHECK_POINTERS, MESHRT_NCCL_USE_CALLER_STREAM,
+// MESHRT_ENABLE_TIMING are read by meshrt and echoed on the settings line; the flight recorder is
+// always on. MESHRT_CUDA_DEVICE picks the device for both sides (default 0).
+//
+// Prints, on stdout (ns are host ns per op; "(...)" holds details):
+//   nccl_bench device <n> "<name>" sm_<major><minor> pci <bus id>
+//   nccl_bench versions cuda_runtime <n> cuda_driver <n> nccl <a.b.c> nccl_header <a.b.c>
+//   nccl_bench settings MESHRT_NCCL_CHECK_POINTERS=<v|unset> MESHRT_NCCL_USE_CALLER_STREAM=<..>
+//       MESHRT_ENABLE_TIMING=<..> flight_recorder=on iterations=<n> rounds=7 chunk=100
+//   nccl_bench cold_pool_ns <c> (...)        the first 200 meshrt ops after init (sum)
+//   nccl_bench raw_ns <x> (...)              median over rounds, sum
+//   nccl_bench meshrt_ns <y> (...)
+//   nccl_bench overhead_ns <d> (target <= 1000) (...)   paired median of meshrt - raw, sum
+//   nccl_bench raw_avg_ns / meshrt_avg_ns / overhead_avg_ns: the same for avg
+//   nccl_bench results ok                    (else WRONG, exit 1)
+// Without a usable device: "no CUDA device: <reason>" on stderr, exit 77. A failure: its message on
+// stderr, exit 1. A hang: exit 124 after 60 s.
 #include <cuda_runtime_api.h>
 #include <nccl.h>
+#include <signal.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "mesh/meshrt.h"
@@ -16,53 +51,275 @@
 
 namespace {
 
-double ns_per_op(int iters, auto&& launch, cudaStream_t s) {
-  for (int i = 0; i < 100; ++i) launch();  // Warm up.
-  cudaStreamSynchronize(s);
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < iters; ++i) launch();
-  const auto t1 = std::chrono::steady_clock::now();  // Host time to launch, not to run.
-  cudaStreamSynchronize(s);
-  return std::chrono::duration<double, std::nano>(t1 - t0).count() / iters;
+constexpr int kRounds = 7;
+// Ops per untimed synchronisation: far below CUDA's pending-launch limit (~1000) even with
+// meshrt's two event commands per op.
+constexpr int kChunk = 100;
+constexpr int kColdOps = 200;
+constexpr int kWarmupOps = 1000;
+constexpr unsigned kDeadlineSeconds = 60;
+
+[[noreturn]] void fail(const std::string& what) {
+  std::fprintf(stderr, "nccl_bench: %s\n", what.c_str());
+  std::exit(1);
+}
+
+void check_cuda(cudaError_t error, const char* call) {
+  if (error != cudaSuccess) {
+    fail(std::string(call) + " failed: " + cudaGetErrorName(error) + ": " +
+         cudaGetErrorString(error));
+  }
+}
+
+// ncclInProgress is not a failure: a non-blocking communicator returns it while work completes
+// in the background (nonblocking()).
+void check_nccl(ncclResult_t result, const char* call, ncclComm_t comm) {
+  if (result != ncclSuccess && result != ncclInProgress) {
+    fail(std::string(call) + " failed: " + ncclGetErrorString(result) + " (" +
+         ncclGetLastError(comm) + ")");
+  }
+}
+
+// A call on a non-blocking communicator, complete when this returns (every later call needs it):
+// polled as meshrt's wait_nccl_ready polls, but only when NCCL said it is still in progress.
+void nonblocking(ncclResult_t result, const char* call, ncclComm_t comm) {
+  check_nccl(result, call, comm);
+  if (result == ncclSuccess) return;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (;;) {
+    ncclResult_t state = ncclSuccess;
+    check_nccl(ncclCommGetAsyncError(comm, &state), "ncclCommGetAsyncError", comm);
+    if (state == ncclSuccess) return;
+    if (state != ncclInProgress) check_nccl(state, call, comm);
+    if (std::chrono::steady_clock::now() >= until) fail(std::string(call) + " still in progress");
+    std::this_thread::yield();
+  }
+}
+
+std::string nccl_version_text(int code) {
+  // NCCL_VERSION(X,Y,Z) is X*10000+Y*100+Z since 2.9; before, X*1000+Y*100+Z.
+  const int major = code >= 10000 ? code / 10000 : code / 1000;
+  const int minor = code >= 10000 ? code / 100 % 100 : code / 100 % 10;
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(code % 100);
+}
+
+std::string env_text(const char* name) {
+  const char* value = std::getenv(name);
+  return std::string(name) + "=" + (value != nullptr ? value : "unset");
+}
+
+// Host ns per op of `ops` calls of `launch`, timed in chunks of kChunk with `sync` (untimed)
+// after each chunk.
+double ns_per_op(int ops, const std::function<void()>& launch, const std::function<void()>& sync) {
+  double total = 0;
+  for (int done = 0; done < ops;) {
+    const int n = std::min(kChunk, ops - done);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < n; ++i) launch();
+    const auto t1 = std::chrono::steady_clock::now();
+    total += std::chrono::duration<double, std::nano>(t1 - t0).count();
+    sync();
+    done += n;
+  }
+  return total / ops;
+}
+
+struct Stats {
+  double min = 0, median = 0, max = 0;
+};
+
+Stats stats(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  const double median = n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  return {v.front(), median, v.back()};
+}
+
+// The world-size-1 sum or average of `input` is `input`, exactly (x * 1.0f == x).
+bool holds_input(const float* device_buffer, const float (&input)[2], const char* side) {
+  float got[2] = {};
+  check_cuda(cudaMemcpy(got, device_buffer, sizeof(got), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  if (std::memcmp(got, input, sizeof(got)) == 0) return true;
+  std::fprintf(stderr, "nccl_bench: wrong %s result: %g %g, expected %g %g\n", side, got[0], got[1],
+               input[0], input[1]);
+  return false;
+}
+
+int run(int iterations) {
+  int devices = 0;
+  if (const cudaError_t e = cudaGetDeviceCount(&devices); e != cudaSuccess) {
+    std::fprintf(stderr, "no CUDA device: cudaGetDeviceCount: %s: %s\n", cudaGetErrorName(e),
+                 cudaGetErrorString(e));
+    return 77;
+  }
+  if (devices == 0) {
+    std::fprintf(stderr, "no CUDA device: cudaGetDeviceCount found none\n");
+    return 77;
+  }
+  // meshrt picks MESHRT_CUDA_DEVICE (else LOCAL_RANK, here 0): the raw side follows it.
+  const char* device_env = std::getenv("MESHRT_CUDA_DEVICE");
+  const int device = device_env != nullptr ? std::atoi(device_env) : 0;
+  check_cuda(cudaSetDevice(device), "cudaSetDevice");
+  check_cuda(cudaFree(nullptr), "cudaFree(nullptr) (context creation)");
+
+  cudaDeviceProp prop{};
+  check_cuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  char bus[32] = {};
+  check_cuda(cudaDeviceGetPCIBusId(bus, sizeof(bus), device), "cudaDeviceGetPCIBusId");
+  int runtime_version = 0, driver_version = 0, nccl_code = 0;
+  check_cuda(cudaRuntimeGetVersion(&runtime_version), "cudaRuntimeGetVersion");
+  check_cuda(cudaDriverGetVersion(&driver_version), "cudaDriverGetVersion");
+  check_nccl(ncclGetVersion(&nccl_code), "ncclGetVersion", nullptr);
+  std::printf("nccl_bench device %d \"%s\" sm_%d%d pci %s\n", device, prop.name, prop.major,
+              prop.minor, bus);
+  std::printf("nccl_bench versions cuda_runtime %d cuda_driver %d nccl %s nccl_header %s\n",
+              runtime_version, driver_version, nccl_version_text(nccl_code).c_str(),
+              nccl_version_text(NCCL_VERSION_CODE).c_str());
+  const int per_round = std::max(1, iterations / kRounds);
+  std::printf("nccl_bench settings %s %s %s flight_recorder=on iterations=%d rounds=%d chunk=%d\n",
+              env_text("MESHRT_NCCL_CHECK_POINTERS").c_str(),
+              env_text("MESHRT_NCCL_USE_CALLER_STREAM").c_str(),
+              env_text("MESHRT_ENABLE_TIMING").c_str(), per_round * kRounds, kRounds, kChunk);
+
+  // The caller's stream: a trainer's compute stream is non-blocking, like this one.
+  cudaStream_t s = nullptr;
+  check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  // Each side its own 8 bytes, so that each side's result is checked on its own.
+  const float input[2] = {1.5f, -2.25f};
+  float *raw_buf = nullptr, *mesh_buf = nullptr;
+  check_cuda(cudaMalloc(&raw_buf, sizeof(input)), "cudaMalloc");
+  check_cuda(cudaMalloc(&mesh_buf, sizeof(input)), "cudaMalloc");
+  for (float* p : {raw_buf, mesh_buf}) {
+    check_cuda(cudaMemcpy(p, input, sizeof(input), cudaMemcpyHostToDevice), "cudaMemcpy");
+  }
+  // A pageable cudaMemcpy may return before its DMA lands, and `s` does not wait for the legacy
+  // stream.
+  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  const std::function<void()> sync = [&] {
+    check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  };
+
+  ncclUniqueId id;
+  check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId", nullptr);
+  ncclComm_t raw = nullptr;
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // As meshrt's communicators.
+  config.commName = "nccl_bench_raw";
+  nonblocking(ncclCommInitRankConfig(&raw, 1, id, 0, &config), "ncclCommInitRankConfig", raw);
+  const auto raw_op = [&](ncclRedOp_t op) -> std::function<void()> {
+    return [&, op] {
+      nonblocking(ncclAllReduce(raw_buf, raw_buf, 2, ncclFloat32, op, raw, s), "ncclAllReduce",
+                  raw);
+    };
+  };
+  const std::function<void()> raw_sum = raw_op(ncclSum), raw_avg = raw_op(ncclAvg);
+  // Loads NCCL's kernels into the context (CUDA loads modules lazily) before meshrt's cold ops,
+  // so that those measure meshrt, not the first kernel launch of the process.
+  (void)ns_per_op(kChunk, raw_sum, sync);
+  (void)ns_per_op(kChunk, raw_avg, sync);
+
+  meshrt::InitOptions options;
+  options.rank = 0;
+  options.world_size = 1;
+  options.local_rank = 0;
+  options.local_world_size = 1;
+  options.backend = "nccl";
+  options.live_monitor = false;  // A bench needs no status page, and the carry may lack it.
+  options.run_id = "nccl_bench";
+  std::shared_ptr<meshrt::Communicator> world = meshrt::init(options);
+  meshrt::cuda::set_current_stream(s);
+  const meshrt::BufferView view{mesh_buf, 2, meshrt::DType::kF32, meshrt::Device::cuda(device), {}};
+  const auto mesh_op = [&](meshrt::ReduceOp op) -> std::function<void()> {
+    return [&, op] { world->all_reduce(view, op)->wait(); };
+  };
+  const std::function<void()> mesh_sum = mesh_op(meshrt::ReduceOp::kSum),
+                              mesh_avg = mesh_op(meshrt::ReduceOp::kAvg);
+
+  // Cold: the first ops after init, before the event pool has anything to reuse. The first op
+  // alone also pays meshrt's one-time costs (thread-locals, first record), so it is shown apart.
+  const double first_ns = ns_per_op(1, mesh_sum, sync);
+  const double rest_ns = ns_per_op(kColdOps - 1, mesh_sum, sync);
+  const double cold_ns = (first_ns + rest_ns * (kColdOps - 1)) / kColdOps;
+  std::printf(
+      "nccl_bench cold_pool_ns %.0f (first %d meshrt ops after init, sum; op 1 %.0f ns, "
+      "ops 2-%d %.0f ns)\n",
+      cold_ns, kColdOps, first_ns, kColdOps, rest_ns);
+
+  struct Series {
+    const char* name;
+    const std::function<void()>* launch;
+    std::vector<double> ns;
+  };
+  std::array<Series, 4> series{{{"raw_sum", &raw_sum, {}},
+                                {"meshrt_sum", &mesh_sum, {}},
+                                {"raw_avg", &raw_avg, {}},
+                                {"meshrt_avg", &mesh_avg, {}}}};
+  for (Series& x : series) (void)ns_per_op(kWarmupOps, *x.launch, sync);
+  for (int round = 0; round < kRounds; ++round) {
+    // Rotated so that no series always runs first or right after the same one.
+    for (size_t k = 0; k < series.size(); ++k) {
+      Series& x = series[(k + static_cast<size_t>(round)) % series.size()];
+      x.ns.push_back(ns_per_op(per_round, *x.launch, sync));
+    }
+  }
+
+  // Every op's outcome: a failed NCCL op shows as the communicator's error, a failed meshrt op in
+  // a Work that waits for it on the host.
+  world->all_reduce(view)->synchronize();
+  sync();
+  ncclResult_t state = ncclSuccess;
+  check_nccl(ncclCommGetAsyncError(raw, &state), "ncclCommGetAsyncError", raw);
+  check_nccl(state, "an ncclAllReduce (asynchronous error)", raw);
+  const bool raw_ok = holds_input(raw_buf, input, "raw");
+  const bool ok = holds_input(mesh_buf, input, "meshrt") && raw_ok;
+
+  const auto report = [&](const char* key, const Series& raw_side, const Series& mesh_side) {
+    const Stats r = stats(raw_side.ns), m = stats(mesh_side.ns);
+    std::vector<double> diff, ratio;
+    for (int i = 0; i < kRounds; ++i) {
+      diff.push_back(mesh_side.ns[i] - raw_side.ns[i]);
+      ratio.push_back(mesh_side.ns[i] / raw_side.ns[i]);
+    }
+    const Stats d = stats(diff), q = stats(ratio);
+    std::printf("nccl_bench raw%s_ns %.0f (min %.0f max %.0f, %d rounds x %d ops)\n", key, r.median,
+                r.min, r.max, kRounds, per_round);
+    std::printf("nccl_bench meshrt%s_ns %.0f (min %.0f max %.0f, %d rounds x %d ops)\n", key,
+                m.median, m.min, m.max, kRounds, per_round);
+    std::printf(
+        "nccl_bench overhead%s_ns %.0f (target <= 1000) (paired per round: min %.0f max "
+        "%.0f; ratio median %.2f min %.2f max %.2f)\n",
+        key, d.median, d.min, d.max, q.median, q.min, q.max);
+  };
+  report("", series[0], series[1]);
+  report("_avg", series[2], series[3]);
+  std::printf("nccl_bench results %s\n", ok ? "ok" : "WRONG");
+
+  world.reset();
+  nonblocking(ncclCommFinalize(raw), "ncclCommFinalize", raw);
+  check_nccl(ncclCommDestroy(raw), "ncclCommDestroy", nullptr);
+  return ok ? 0 : 1;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int iters = argc > 1 ? std::atoi(argv[1]) : 20000;
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-    std::fprintf(stderr, "nccl_bench: no CUDA device\n");
-    return 77;  // Skipped.
+  // Lines reach a log file as they are printed: a crash later keeps the figures before it.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  const int iterations = argc > 1 ? std::atoi(argv[1]) : 20000;
+  if (iterations < kRounds) {
+    std::fprintf(stderr, "usage: nccl_bench [iterations, >= %d]\n", kRounds);
+    return 2;
   }
-  cudaSetDevice(0);
-  cudaStream_t s;
-  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-  void* buf;
-  cudaMalloc(&buf, 8);
-
-  ncclUniqueId id;
-  ncclGetUniqueId(&id);
-  ncclComm_t raw;
-  ncclCommInitRank(&raw, 1, id, 0);
-  const double raw_ns = ns_per_op(
-      iters, [&] { ncclAllReduce(buf, buf, 2, ncclFloat32, ncclSum, raw, s); }, s);
-
-  meshrt::InitOptions o;
-  o.rank = 0;
-  o.world_size = 1;
-  o.backend = "nccl";
-  auto world = meshrt::init(o);
-  meshrt::cuda::set_current_stream(s);
-  const meshrt::BufferView v{buf, 2, meshrt::DType::kF32, meshrt::Device::cuda(0), {}};
-  const double meshrt_ns = ns_per_op(
-      iters, [&] { world->all_reduce(v)->wait(); }, s);
-  world->barrier()->synchronize();
-
-  std::printf(
-      "raw ncclAllReduce 8 B: %.0f ns/op\nmeshrt all_reduce 8 B: %.0f ns/op\n"
-      "meshrt overhead: %.0f ns/op (target <= 1000)\n",
-      raw_ns, meshrt_ns, meshrt_ns - raw_ns);
-  ncclCommDestroy(raw);
-  return 0;
+  // A wedged device or driver must not hold the unattended run: exit with timeout's status.
+  signal(SIGALRM, [](int) {
+    static const char kMsg[] = "nccl_bench: still running after the deadline; giving up\n";
+    (void)!write(2, kMsg, sizeof(kMsg) - 1);
+    _exit(124);
+  });
+  alarm(kDeadlineSeconds);
+  try {
+    return run(iterations);
+  } catch (const std::exception& e) {
+    fail(e.what());
+  }
 }

@@ -273,7 +273,11 @@ void Communicator::publish_locked(Work& work, Op& op, uint64_t op_seq, int64_t& 
   rec.created_wall_ns = trace::wall_from_steady_ns(rec.enqueue_ns);
   // Sinks hear of the op before it can start, and in sequence order.
   trace::emit_enqueue(rec);
-  work.set_driver(driver_, work_path(model_));
+  // A barrier's wait() blocks the host on every backend, as PyTorch's NCCL barrier does: a
+  // barrier that only ordered the caller's stream would let the host run ahead of its peers.
+  const bool host_barrier =
+      op.kind == OpKind::kBarrier && model_ == ExecutionModel::kLaunchOnStream;
+  work.set_driver(driver_, host_barrier ? WorkPath::kLaunched : work_path(model_));
 }
 
 ErrorContext Communicator::context(const Work& work) const {
@@ -306,6 +310,7 @@ void Communicator::launch_pending(const Op& op, const WorkHandle& work,
   if (model_ == ExecutionModel::kLaunch) work->mark_started(enqueue_ns);
   std::unique_ptr<PendingOp> pending;
   std::optional<Error> failure;
+  std::vector<std::pair<WorkHandle, Error>> retired;
   try {
     pending = make();
   } catch (const Error& e) {
@@ -332,8 +337,12 @@ void Communicator::launch_pending(const Op& op, const WorkHandle& work,
       entry->owner = work;
     }
     if (done_now) debug = std::move(entry->debug);
+    // Ops on a stream finish in launch order: retiring the finished ones at the front here
+    // keeps the list (and the events it holds) short however rarely the watchdog polls.
+    if (model_ == ExecutionModel::kLaunchOnStream) retire_front_locked(retired);
     trim_inflight_locked();
   }
+  finish_failed(retired);
 
   if (failure) fail(*work, std::move(*failure));
   if (done_now) {
@@ -363,15 +372,7 @@ void Communicator::progress(const Work* target, std::chrono::steady_clock::time_
       }
       poll_launched(failed);
     }
-    // Outside inflight_mu_: the watchdog may dump, exit, or call back into running_record().
-    bool timed_out = false;
-    for (auto& [work, error] : failed) {
-      timed_out |= error.code() == ErrorCode::kTimeout;
-      fail(*work, std::move(error));
-    }
-    // A timed-out op is still inside the backend: nothing after it can run in order. Abort, as
-    // PyTorch's watchdog aborts a NCCL communicator.
-    if (timed_out) abort();
+    finish_failed(failed);
     if (target == nullptr || target->done_now() || std::chrono::steady_clock::now() >= until) {
       return;
     }
@@ -379,50 +380,73 @@ void Communicator::progress(const Work* target, std::chrono::steady_clock::time_
   }
 }
 
+void Communicator::finish_failed(std::vector<std::pair<WorkHandle, Error>>& failed) {
+  // Outside inflight_mu_: the watchdog may dump, exit, or call back into running_record().
+  bool timed_out = false;
+  for (auto& [work, error] : failed) {
+    timed_out |= error.code() == ErrorCode::kTimeout;
+    fail(*work, std::move(error));
+  }
+  // A timed-out op is still inside the backend: nothing after it can run in order. Abort, as
+  // PyTorch's watchdog aborts a NCCL communicator.
+  if (timed_out) abort();
+}
+
+bool Communicator::poll_entry_locked(Launched& e, int64_t& now_ns,
+                                     std::vector<std::pair<WorkHandle, Error>>& failed) {
+  if (aborted_.load(std::memory_order_relaxed)) {
+    e.pending->abandon();
+    e.done = true;
+    failed.emplace_back(
+        e.owner, Error(ErrorCode::kAborted, context(*e.work), "the communicator was aborted"));
+    return true;
+  }
+  try {
+    const PollResult r = e.pending->poll();
+    if (r.state != PollResult::State::kScheduled && !e.started) {
+      e.started = true;
+      e.work->mark_started(r.start_ns);
+    }
+    if (r.state == PollResult::State::kDone) {
+      e.done = true;
+      if (e.debug) e.debug->output = tensor_stats(e.output);
+      e.work->mark_completed(r.end_ns);
+      return true;
+    }
+  } catch (const Error& err) {
+    e.done = true;
+    failed.emplace_back(e.owner, Error(err.code(), context(*e.work), err.detail()));
+    return true;
+  } catch (const std::exception& err) {
+    e.done = true;
+    failed.emplace_back(e.owner, Error(ErrorCode::kBackend, context(*e.work), err.what()));
+    return true;
+  }
+  if (now_ns == 0) now_ns = trace::steady_now_ns();
+  if (now_ns <= e.deadline_ns) return false;
+  e.pending->abandon();
+  e.done = true;
+  failed.emplace_back(
+      e.owner, Error(ErrorCode::kTimeout, context(*e.work),
+                     fmt::format("not finished after its timeout of {} ms ({})", e.timeout_ms,
+                                 e.started ? "started" : "still scheduled: never began")));
+  return true;
+}
+
 void Communicator::poll_launched(std::vector<std::pair<WorkHandle, Error>>& failed) {
-  const bool aborted = aborted_.load(std::memory_order_relaxed);
   int64_t now_ns = 0;
   for (Launched& e : inflight_) {
-    if (e.done || !e.pending) continue;
-    if (aborted) {
-      e.pending->abandon();
-      e.done = true;
-      failed.emplace_back(
-          e.owner, Error(ErrorCode::kAborted, context(*e.work), "the communicator was aborted"));
-      continue;
-    }
-    try {
-      const PollResult r = e.pending->poll();
-      if (r.state != PollResult::State::kScheduled && !e.started) {
-        e.started = true;
-        e.work->mark_started(r.start_ns);
-      }
-      if (r.state == PollResult::State::kDone) {
-        e.done = true;
-        if (e.debug) e.debug->output = tensor_stats(e.output);
-        e.work->mark_completed(r.end_ns);
-        continue;
-      }
-    } catch (const Error& err) {
-      e.done = true;
-      failed.emplace_back(e.owner, Error(err.code(), context(*e.work), err.detail()));
-      continue;
-    } catch (const std::exception& err) {
-      e.done = true;
-      failed.emplace_back(e.owner, Error(ErrorCode::kBackend, context(*e.work), err.what()));
-      continue;
-    }
-    if (now_ns == 0) now_ns = trace::steady_now_ns();
-    if (now_ns > e.deadline_ns) {
-      e.pending->abandon();
-      e.done = true;
-      failed.emplace_back(
-          e.owner, Error(ErrorCode::kTimeout, context(*e.work),
-                         fmt::format("not finished after its timeout of {} ms ({})", e.timeout_ms,
-                                     e.started ? "started" : "still scheduled: never began")));
-    }
+    if (!e.done && e.pending) poll_entry_locked(e, now_ns, failed);
   }
   trim_inflight_locked();
+}
+
+void Communicator::retire_front_locked(std::vector<std::pair<WorkHandle, Error>>& failed) {
+  int64_t now_ns = 0;
+  for (Launched& e : inflight_) {
+    if (e.done) continue;
+    if (!e.pending || !poll_entry_locked(e, now_ns, failed)) return;
+  }
 }
 
 Communicator::Launched& Communicator::add_inflight_locked() {
@@ -451,8 +475,7 @@ void Communicator::trim_inflight_locked() {
 
 void Communicator::wait_on_stream(const Work& work) {
   std::lock_guard lock(inflight_mu_);
-  // Newest first: a caller usually waits on the op it just launched, and launched ops leave the
-  // list only when polled (every 100 ms by the watchdog).
+  // Newest first: a caller usually waits on the op it just launched.
   for (auto it = inflight_.rbegin(); it != inflight_.rend(); ++it) {
     Launched& e = *it;
     if (e.work == &work) {

@@ -307,6 +307,17 @@ class Communicator {
   void trim_inflight_locked();
   // One round over the launched ops, inflight_mu_ held; failures go to `failed`.
   void poll_launched(std::vector<std::pair<WorkHandle, Error>>& failed);
+  // Polls the oldest unfinished ops until one is still running, inflight_mu_ held (ops on one
+  // stream finish in order); failures go to `failed`.
+  void retire_front_locked(std::vector<std::pair<WorkHandle, Error>>& failed);
+  // Polls entry `e` (not done, has a pending op), inflight_mu_ held: completes it, or fails it
+  // into `failed` (error, abort, past its deadline). `now_ns` is read once per round. Returns
+  // whether it is done now.
+  bool poll_entry_locked(Launched& e, int64_t& now_ns,
+                         std::vector<std::pair<WorkHandle, Error>>& failed);
+  // Fails the works in `failed`, outside inflight_mu_, and aborts the communicator if one timed
+  // out.
+  void finish_failed(std::vector<std::pair<WorkHandle, Error>>& failed);
   // kLaunchOnStream: orders the caller's stream after `work`'s op.
   void wait_on_stream(const Work& work);
   // Names `work`'s op in errors: rank, communicator, op, trace_seq() and op_id. Reads only the

@@ -42,7 +42,11 @@ TEST(NcclTypes, VersionText) {
   EXPECT_EQ(nccl_version_text(22809), "2.28.9");
   EXPECT_EQ(nccl_version_text(21903), "2.19.3");
   EXPECT_EQ(nccl_version_text(2804), "2.8.4");
-  EXPECT_EQ(nccl_version(), nccl_version_text(NCCL_VERSION_CODE));
+  // The NCCL found at run time may be another patch level than the headers' (a GPU machine's
+  // PyTorch wheel): major.minor must agree, as NCCL's ABI promises within a minor version.
+  const std::string built = nccl_version_text(NCCL_VERSION_CODE), running = nccl_version();
+  EXPECT_EQ(running.substr(0, running.rfind('.')), built.substr(0, built.rfind('.')))
+      << "built against " << built << ", running " << running;
 }
 
 TEST(CudaCheck, CudaErrorsMapToCodesWithText) {

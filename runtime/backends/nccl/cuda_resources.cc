@@ -33,13 +33,20 @@ void Event::reset() noexcept {
 DeviceMemory DeviceMemory::allocate(size_t bytes) {
   DeviceMemory m;
   check_cuda(cudaMalloc(&m.data_, bytes), "cudaMalloc");
-  check_cuda(cudaMemset(m.data_, 0, bytes), "cudaMemset");
   return m;
 }
 
 void DeviceMemory::reset() noexcept {
   if (data_ != nullptr) (void)cudaFree(data_);
   data_ = nullptr;
+}
+
+EventPool::EventPool(size_t prefill) {
+  for (auto& free : free_) free.reserve(prefill);
+  for (size_t i = 0; i < prefill; ++i) {
+    free_[0].push_back(Event::create(false));
+    free_[1].push_back(Event::create(true));
+  }
 }
 
 Event EventPool::take(bool timing) {
@@ -59,6 +66,29 @@ void EventPool::give(Event event, bool timing) {
   if (event.get() == nullptr) return;
   std::lock_guard lock(mu_);
   free_[timing ? 1 : 0].push_back(std::move(event));
+}
+
+DeviceGuard::DeviceGuard(int device) {
+  int current = -1;
+  check_cuda(cudaGetDevice(&current), "cudaGetDevice");
+  if (current == device) return;
+  check_cuda(cudaSetDevice(device), "cudaSetDevice");
+  previous_ = current;
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (previous_ >= 0) (void)cudaSetDevice(previous_);
+}
+
+RelaxedCaptureGuard::RelaxedCaptureGuard() {
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  if (cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess) previous_ = mode;
+}
+
+RelaxedCaptureGuard::~RelaxedCaptureGuard() {
+  if (previous_ != cudaStreamCaptureModeRelaxed) {
+    (void)cudaThreadExchangeStreamCaptureMode(&previous_);
+  }
 }
 
 }  // namespace meshrt::cuda

@@ -63,7 +63,7 @@ class Event {
 class DeviceMemory {
  public:
   DeviceMemory() = default;
-  // Allocates and zeroes `bytes`; throws Error on failure.
+  // Allocates `bytes` (not initialised); throws Error on failure.
   static DeviceMemory allocate(size_t bytes);
   ~DeviceMemory() { reset(); }
   DeviceMemory(DeviceMemory&& o) noexcept : data_(std::exchange(o.data_, nullptr)) {}
@@ -86,6 +86,8 @@ class DeviceMemory {
 // ops, which give their events back when destroyed.
 class EventPool {
  public:
+  // Creates `prefill` events of each kind now, so that the first ops of a job create none.
+  explicit EventPool(size_t prefill = 0);
   // An event of the kind asked for, from the pool or new; throws Error if creating one fails.
   Event take(bool timing);
   // Returns `event` (of kind `timing`) for reuse.
@@ -94,6 +96,37 @@ class EventPool {
  private:
   std::mutex mu_;
   std::vector<Event> free_[2];  // [timing]
+};
+
+// Makes `device` current on this thread for the guard's lifetime, then restores the caller's
+// device: a trainer driving several GPUs from one thread keeps the device it chose.
+class DeviceGuard {
+ public:
+  // Throws Error if CUDA refuses the device.
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;  // -1: unchanged, nothing to restore.
+};
+
+// Puts this thread in cudaStreamCaptureModeRelaxed for the guard's lifetime. Event and error
+// queries are "potentially unsafe" calls: made from a thread in the default (global) mode while
+// any thread captures in global mode, they invalidate that capture, and made on a capturing
+// thread they are refused. Polls of ops launched outside a capture are safe, so pollers (the
+// watchdog, test(), a launch retiring older ops) opt out of the check, as PyTorch's watchdog
+// does.
+class RelaxedCaptureGuard {
+ public:
+  RelaxedCaptureGuard();
+  ~RelaxedCaptureGuard();
+  RelaxedCaptureGuard(const RelaxedCaptureGuard&) = delete;
+  RelaxedCaptureGuard& operator=(const RelaxedCaptureGuard&) = delete;
+
+ private:
+  cudaStreamCaptureMode previous_ = cudaStreamCaptureModeRelaxed;
 };
 
 }  // namespace meshrt::cuda

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -53,6 +55,34 @@ std::string pci_bus_id(int device) {
   return id;
 }
 
+// Device pointers that passed cudaPointerGetAttributes on one communicator's device: trainers
+// pass the same buffers every step, and the query costs more than the rest of validation.
+// Direct-mapped, lock-free (ops may be called from several threads). An entry outliving its
+// allocation is harmless for what the check is for: CUDA keeps device allocations in a virtual
+// range that host allocations never get, so the address cannot become host memory.
+class PointerCache {
+ public:
+  // Whether `p` passed the check before.
+  bool contains(const void* p) const { return slot(p).load(std::memory_order_relaxed) == p; }
+  // Remembers that `p` passed.
+  void add(const void* p) { slot(p).store(p, std::memory_order_relaxed); }
+
+ private:
+  static constexpr size_t kSlots = 256;
+  std::atomic<const void*>& slot(const void* p) const {
+    // cudaMalloc aligns to 256 bytes: the low bits carry no information.
+    return slots_[(reinterpret_cast<uintptr_t>(p) >> 8) % kSlots];
+  }
+  mutable std::array<std::atomic<const void*>, kSlots> slots_{};
+};
+
+// The coalescing block open on this thread, if any: NCCL's groups are per thread, so an op of
+// another communicator launched inside it would join its group.
+thread_local const void* open_coalescing_block = nullptr;
+
+// The most ops a job keeps in flight on one communicator before launches retire finished ones.
+constexpr size_t kPrefilledEvents = 32;
+
 class NcclBackend final : public Backend {
  public:
   NcclBackend(ncclComm_t comm, int device, std::string name, std::chrono::milliseconds timeout,
@@ -61,14 +91,22 @@ class NcclBackend final : public Backend {
         device_(device),
         name_(std::move(name)),
         timeout_(timeout),
-        settings_(settings),
-        pool_(std::make_shared<cuda::EventPool>()) {
+        settings_(settings) {
     comm_->comm = comm;
+    comm_->device = device;
+    comm_->name = name_;
     // From here on the communicator is ours: a failure below must not leak it.
     try {
+      cuda::DeviceGuard guard(device_);
+      pool_ = std::make_shared<cuda::EventPool>(kPrefilledEvents);
       if (!settings_.use_caller_stream) stream_ = cuda::Stream::create();
       order_ = cuda::Event::create(false);
       scratch_ = cuda::DeviceMemory::allocate(sizeof(float));
+      check_cuda(cudaMemsetAsync(scratch_.get(), 0, sizeof(float), stream()), "cudaMemsetAsync");
+      check_cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+      check_cuda(
+          cudaDeviceGetAttribute(&compute_major_, cudaDevAttrComputeCapabilityMajor, device_),
+          "cudaDeviceGetAttribute");
     } catch (...) {
       (void)ncclCommAbort(comm);
       comm_->comm = nullptr;
@@ -78,6 +116,7 @@ class NcclBackend final : public Backend {
   }
 
   ~NcclBackend() override {
+    // Watches stay with the process's graph registry while their graphs live.
     graphs_.reset();
     std::lock_guard lock(comm_->mu);
     // Never destroy after an abort: ncclCommAbort freed it.
@@ -85,6 +124,7 @@ class NcclBackend final : public Backend {
     ncclComm_t comm = std::exchange(comm_->comm, nullptr);
     // Finalize flushes outstanding work; a communicator that cannot finish is aborted instead.
     try {
+      cuda::DeviceGuard guard(device_);
       check_nccl(ncclCommFinalize(comm), "ncclCommFinalize", comm);
       wait_nccl_ready(comm, std::min(timeout_, std::chrono::milliseconds(60000)),
                       "ncclCommFinalize");
@@ -105,6 +145,12 @@ class NcclBackend final : public Backend {
   }
 
   void validate(const Op& op) const override {
+    if (open_coalescing_block != nullptr && open_coalescing_block != this) {
+      throw Error(ErrorCode::kInvalidArgument, {},
+                  "called inside another communicator's coalescing block on this thread: NCCL "
+                  "would merge it into that group; call it after end_coalescing()");
+    }
+    validate_nccl_args(op);
     auto check = [&](const BufferView& b, std::string_view what) {
       if (b.count == 0) return;
       // meshrt's own setup traffic (split's and DeviceMesh's host all_gathers) is staged.
@@ -120,7 +166,7 @@ class NcclBackend final : public Backend {
                     fmt::format("{} is on cuda:{} but this communicator's device is cuda:{}", what,
                                 b.device.index, device_));
       }
-      if (!settings_.check_pointers) return;
+      if (!settings_.check_pointers || checked_.contains(b.data)) return;
       cudaPointerAttributes attr{};
       const cudaError_t e = cudaPointerGetAttributes(&attr, b.data);
       if (e != cudaSuccess) {
@@ -136,6 +182,13 @@ class NcclBackend final : public Backend {
                                 what, b.data,
                                 attr.type == cudaMemoryTypeHost ? "pinned" : "pageable", device_));
       }
+      if (attr.device != device_) {
+        throw Error(ErrorCode::kInvalidArgument, {},
+                    fmt::format("{} at {} is memory of cuda:{}, not of this communicator's "
+                                "cuda:{}",
+                                what, b.data, attr.device, device_));
+      }
+      checked_.add(b.data);
     };
     switch (op.kind) {
       case OpKind::kBatchP2P:
@@ -158,21 +211,25 @@ class NcclBackend final : public Backend {
   }
 
   std::unique_ptr<PendingOp> launch(const Op& op) override {
-    if (comm_->aborted.load()) {
+    // Checked again under the lock; here so that nothing is recorded or captured in vain.
+    if (comm_->aborted.load(std::memory_order_relaxed)) {
       throw Error(ErrorCode::kAborted, {}, "the NCCL communicator was aborted");
     }
-    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+    cuda::DeviceGuard device(device_);
+    const cudaStream_t caller = cuda::current_stream();
+    const cudaStream_t s = stream();
     if (group_) {
-      // Inside a coalescing block: only the NCCL calls; the group's end event covers them.
-      enqueue_nccl(op, stream());
+      // Inside a coalescing block: only the NCCL calls; the group's end event covers them. Each
+      // member is ordered after the caller's work at its own call, not only at the block's start.
+      order_after_caller(caller, s);
+      std::unique_lock lock = lock_comm();
+      fatal_on_error(lock, [&] { enqueue_nccl(op, s); });
       return std::make_unique<cuda::NcclPendingOp>(comm_, group_);
     }
     if (op.input.device.kind == Device::Kind::kCpu && op.output.device.kind == Device::Kind::kCpu &&
         op.kind != OpKind::kBatchP2P && op.kind != OpKind::kBarrier) {
       return run_staged(op);
     }
-    const cudaStream_t caller = cuda::current_stream();
-    const cudaStream_t s = stream();
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     unsigned long long capture_id = 0;
     cudaGraph_t graph = nullptr;
@@ -193,46 +250,64 @@ class NcclBackend final : public Backend {
     }
     cuda::CapturedOp* watch = nullptr;
     if (captured && settings_.watch_graphs) {
-      watch = graphs()->watch(graph, capture_id, capture_record(op));
+      watch = graphs()->watch(s, graph, capture_id, capture_record(op));
     }
-    check_nccl(ncclGroupStart(), "ncclGroupStart", comm());
-    try {
-      enqueue_nccl(op, s);
-    } catch (...) {
-      (void)ncclGroupEnd();
-      throw;
+    {
+      std::unique_lock lock = lock_comm();
+      fatal_on_error(lock, [&] {
+        check_nccl(ncclGroupStart(), "ncclGroupStart", comm_->comm);
+        try {
+          enqueue_nccl(op, s);
+        } catch (...) {
+          (void)ncclGroupEnd();
+          throw;
+        }
+        check_nccl(ncclGroupEnd(), "ncclGroupEnd", comm_->comm);
+        wait_nccl_ready(comm_->comm, op.timeout, op_kind_name(op.kind));
+      });
     }
-    check_nccl(ncclGroupEnd(), "ncclGroupEnd", comm());
-    wait_nccl_ready(comm(), op.timeout, op_kind_name(op.kind));
+    // In a capture the end node comes before the end event, and the caller's stream joins ours
+    // last: a node captured on our stream after the join would leave the capture unjoined.
+    if (watch != nullptr) cuda::GraphWatcher::add_end_node(s, watch);
     cuda::Event end = pool_->take(timing);
     check_cuda(cudaEventRecord(end.get(), s), "cudaEventRecord(end)");
-    if (captured) {
-      // Join the caller's stream at once: a capture must end with every stream it forked joined,
-      // and the communicator may see the op done before anyone calls wait().
-      if (s != caller) check_cuda(cudaStreamWaitEvent(caller, end.get(), 0), "cudaStreamWaitEvent");
-      if (watch != nullptr) cuda::GraphWatcher::add_end_node(s, watch);
+    if (captured && s != caller) {
+      // Joined at once: a capture must end with every stream it forked joined, and the op
+      // reports done (captured, not run) before anyone calls wait().
+      check_cuda(cudaStreamWaitEvent(caller, end.get(), 0), "cudaStreamWaitEvent");
     }
     return std::make_unique<cuda::NcclPendingOp>(comm_, pool_, std::move(start), std::move(end),
                                                  timing, captured ? capture_id : 0);
   }
 
   void start_coalescing() override {
+    if (open_coalescing_block != nullptr) {
+      throw Error(ErrorCode::kInvalidArgument, {},
+                  "a coalescing block is already open on this thread (NCCL groups are per "
+                  "thread): end it first");
+    }
     if (comm_->aborted.load()) {
       throw Error(ErrorCode::kAborted, {}, "the NCCL communicator was aborted");
     }
-    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
-    order_after_caller(cuda::current_stream(), stream());
-    check_nccl(ncclGroupStart(), "ncclGroupStart", comm());
+    check_nccl(ncclGroupStart(), "ncclGroupStart");
     group_ = std::make_shared<cuda::GroupEnd>();
     group_->pool = pool_;
+    open_coalescing_block = this;
   }
 
   std::unique_ptr<PendingOp> end_coalescing() override {
     std::shared_ptr<cuda::GroupEnd> group = std::move(group_);
     group_.reset();
+    open_coalescing_block = nullptr;
     try {
-      check_nccl(ncclGroupEnd(), "ncclGroupEnd", comm());
-      wait_nccl_ready(comm(), timeout_, "coalesced group");
+      cuda::DeviceGuard device(device_);
+      {
+        std::unique_lock lock = lock_comm(/*end_group_on_abort=*/true);
+        fatal_on_error(lock, [&] {
+          check_nccl(ncclGroupEnd(), "ncclGroupEnd", comm_->comm);
+          wait_nccl_ready(comm_->comm, timeout_, "coalesced group");
+        });
+      }
       cuda::Event end = pool_->take(false);
       check_cuda(cudaEventRecord(end.get(), stream()), "cudaEventRecord(end)");
       std::lock_guard lock(group->mu);
@@ -246,50 +321,84 @@ class NcclBackend final : public Backend {
   }
 
   std::unique_ptr<Backend> split(const SplitSpec& spec) override {
-    if (comm_->aborted.load()) {
-      throw Error(ErrorCode::kAborted, {}, "the NCCL communicator was aborted");
-    }
-    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+    cuda::DeviceGuard device(device_);
     // One split per mesh dim from the parent, as NCCL wants (no world-wide init per group). The
     // color is the group's lowest parent rank: equal on its members, distinct across groups.
     const int color = *std::min_element(spec.parent_ranks.begin(), spec.parent_ranks.end());
     std::string child_name = spec.name;
-    ncclConfig_t config = cuda::nccl_config(child_name);
-    ncclComm_t child = nullptr;
-    check_nccl(ncclCommSplit(comm(), color, spec.rank, &child, &config), "ncclCommSplit", comm());
-    try {
-      wait_nccl_ready(child != nullptr ? child : comm(), spec.timeout, "ncclCommSplit");
-    } catch (...) {
-      if (child != nullptr) (void)ncclCommAbort(child);
-      throw;
-    }
+    ncclComm_t child = split_nccl(color, spec.rank, child_name, spec.timeout);
     return std::make_unique<NcclBackend>(child, device_, std::move(child_name), spec.timeout,
                                          settings_);
   }
 
   void split_excluded() override {
     // NCCL's split is collective over the whole parent: a rank joining no group takes part too.
-    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
-    ncclConfig_t config = cuda::nccl_config(name_);
-    ncclComm_t none = nullptr;
-    check_nccl(ncclCommSplit(comm(), NCCL_SPLIT_NOCOLOR, 0, &none, &config), "ncclCommSplit",
-               comm());
-    wait_nccl_ready(comm(), timeout_, "ncclCommSplit");
+    cuda::DeviceGuard device(device_);
+    (void)split_nccl(NCCL_SPLIT_NOCOLOR, 0, name_, timeout_);
   }
 
-  void abort() noexcept override {
-    std::lock_guard lock(comm_->mu);
-    if (comm_->aborted.exchange(true) || comm_->comm == nullptr) return;
-    // Non-blocking communicators make abort safe while kernels or calls are in flight.
-    (void)ncclCommAbort(comm_->comm);
-    comm_->comm = nullptr;
-    log().warn("NCCL communicator '{}' aborted", name_);
-  }
+  void abort() noexcept override { comm_->abort_async("aborted by meshrt"); }
 
  private:
-  ncclComm_t comm() const { return comm_->comm; }
+  // Where the ops run, and setup work (zeroing, staging) with them.
   cudaStream_t stream() const {
     return settings_.use_caller_stream ? cuda::current_stream() : stream_.get();
+  }
+
+  // The communicator's lock, for a call that uses it; throws kAborted once it was aborted. With
+  // `end_group_on_abort`, closes this thread's open NCCL group first (end_coalescing).
+  std::unique_lock<std::mutex> lock_comm(bool end_group_on_abort = false) const {
+    std::unique_lock lock(comm_->mu);
+    if (comm_->comm == nullptr) {
+      if (end_group_on_abort) (void)ncclGroupEnd();
+      throw Error(ErrorCode::kAborted, {}, "the NCCL communicator was aborted");
+    }
+    return lock;
+  }
+
+  // Runs NCCL calls under `lock`. A non-blocking communicator whose call fails keeps that
+  // failure as its asynchronous error and fails every later call (NCCL's enqueue.cc, init.cc),
+  // and a call still in progress at its timeout may enqueue later into buffers the caller frees:
+  // either way the communicator is done for. Aborts it and says so in the thrown Error.
+  template <typename Calls>
+  void fatal_on_error(std::unique_lock<std::mutex>& lock, Calls&& calls) {
+    try {
+      calls();
+    } catch (const Error& e) {
+      lock.unlock();
+      comm_->abort_async(e.detail());
+      throw Error(e.code(), e.context(),
+                  fmt::format("{}; the NCCL communicator is aborted (a failed or timed-out NCCL "
+                              "call leaves it unusable): create a new one",
+                              e.detail()));
+    }
+  }
+
+  // Splits the communicator (non-blocking) and waits for the child, bounded by `timeout`. NCCL
+  // writes the child's handle from its own thread, possibly after a timeout: the cell it writes
+  // to is kept for the process's life then, and the parent, stuck in progress, is aborted.
+  ncclComm_t split_nccl(int color, int key, const std::string& name,
+                        std::chrono::milliseconds timeout) {
+    auto child = std::make_unique<ncclComm_t>(nullptr);
+    ncclConfig_t config = cuda::nccl_config(name);
+    std::unique_lock lock = lock_comm();
+    try {
+      fatal_on_error(lock, [&] {
+        check_nccl(ncclCommSplit(comm_->comm, color, key, child.get(), &config), "ncclCommSplit",
+                   comm_->comm);
+        wait_nccl_ready(comm_->comm, timeout, "ncclCommSplit");
+      });
+      if (*child != nullptr) {
+        wait_nccl_ready(*child, timeout, "ncclCommSplit (child)");
+      } else if (color != NCCL_SPLIT_NOCOLOR) {
+        throw Error(ErrorCode::kBackend, {}, "ncclCommSplit completed without a communicator");
+      }
+    } catch (const Error&) {
+      if (*child != nullptr) (void)ncclCommAbort(*child);
+      (void)child.release();  // NCCL may still write it.
+      throw;
+    }
+    return *child;
   }
 
   // Orders the communicator's stream after the caller's work so far.
@@ -304,6 +413,32 @@ class NcclBackend final : public Backend {
     return graphs_.get();
   }
 
+  // Refuses, before anything is numbered or launched, what NCCL would refuse: a refusal inside
+  // NCCL is the communicator's end (fatal_on_error).
+  void validate_nccl_args(const Op& op) const {
+    const DType d = op.input.dtype;
+    if (!reduces(op.kind) || !is_fp8(d)) return;
+    if (compute_major_ < 9) {
+      throw Error(ErrorCode::kInvalidArgument, {},
+                  fmt::format("{} reductions need a GPU of compute capability 9.0 or newer in "
+                              "NCCL; cuda:{} is {}.x (all_gather, broadcast and other copies "
+                              "of {} work everywhere)",
+                              dtype_name(d), device_, compute_major_, dtype_name(d)));
+    }
+    if (op.reduce_op == ReduceOp::kAvg && info_ && info_->global_ranks.size() == 1) {
+      // NCCL's one-rank path (onerank.cu) scales fp8 only in device code for sm_90+, which its
+      // host-side launch never selects.
+      throw Error(ErrorCode::kInvalidArgument, {},
+                  fmt::format("avg of {} in a group of one rank is refused by NCCL; use sum "
+                              "(the same result for one rank)",
+                              dtype_name(d)));
+    }
+  }
+
+  static bool reduces(OpKind kind) {
+    return kind == OpKind::kAllReduce || kind == OpKind::kReduce || kind == OpKind::kReduceScatter;
+  }
+
   // An op already finished when launch() returns (host-staged setup ops).
   class Finished final : public PendingOp {
    public:
@@ -312,35 +447,41 @@ class NcclBackend final : public Backend {
 
   // meshrt's setup ops on host buffers (split's (color, key) exchange, DeviceMesh's agreement
   // check; validate() lets only those through): copied to the device, run on the
-  // communicator's stream and copied back, synchronously. Rare and small.
+  // communicator's stream and copied back, synchronously, all on that stream. Rare and small.
   std::unique_ptr<PendingOp> run_staged(const Op& op) {
     const cudaStream_t s = stream();
     cuda::DeviceMemory in = cuda::DeviceMemory::allocate(std::max<size_t>(op.input.bytes(), 1));
     cuda::DeviceMemory out = cuda::DeviceMemory::allocate(std::max<size_t>(op.output.bytes(), 1));
     if (op.input.bytes() > 0) {
-      check_cuda(cudaMemcpy(in.get(), op.input.data, op.input.bytes(), cudaMemcpyHostToDevice),
-                 "cudaMemcpy");
+      check_cuda(
+          cudaMemcpyAsync(in.get(), op.input.data, op.input.bytes(), cudaMemcpyHostToDevice, s),
+          "cudaMemcpyAsync");
     }
     Op staged = op;
     staged.input.data = in.get();
     staged.input.device = Device::cuda(device_);
     staged.output.data = op.output.data == op.input.data ? in.get() : out.get();
     staged.output.device = Device::cuda(device_);
-    check_nccl(ncclGroupStart(), "ncclGroupStart", comm());
-    try {
-      enqueue_nccl(staged, s);
-    } catch (...) {
-      (void)ncclGroupEnd();
-      throw;
+    {
+      std::unique_lock lock = lock_comm();
+      fatal_on_error(lock, [&] {
+        check_nccl(ncclGroupStart(), "ncclGroupStart", comm_->comm);
+        try {
+          enqueue_nccl(staged, s);
+        } catch (...) {
+          (void)ncclGroupEnd();
+          throw;
+        }
+        check_nccl(ncclGroupEnd(), "ncclGroupEnd", comm_->comm);
+        wait_nccl_ready(comm_->comm, op.timeout, op_kind_name(op.kind));
+      });
     }
-    check_nccl(ncclGroupEnd(), "ncclGroupEnd", comm());
-    wait_nccl_ready(comm(), op.timeout, op_kind_name(op.kind));
-    check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
     if (op.output.bytes() > 0) {
-      check_cuda(
-          cudaMemcpy(op.output.data, staged.output.data, op.output.bytes(), cudaMemcpyDeviceToHost),
-          "cudaMemcpy");
+      check_cuda(cudaMemcpyAsync(op.output.data, staged.output.data, op.output.bytes(),
+                                 cudaMemcpyDeviceToHost, s),
+                 "cudaMemcpyAsync");
     }
+    check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
     return std::make_unique<Finished>();
   }
 
@@ -356,12 +497,16 @@ class NcclBackend final : public Backend {
     return r;
   }
 
-  // Issues `op`'s NCCL calls on `s` (inside a group the caller opened).
+  // Issues `op`'s NCCL calls on `s` (inside a group the caller opened, under the comm's lock).
   void enqueue_nccl(const Op& op, cudaStream_t s) {
-    ncclComm_t c = comm();
+    ncclComm_t c = comm_->comm;
     const int n = info_ ? static_cast<int>(info_->global_ranks.size()) : 0;
     const int me = info_ ? info_->rank : 0;
-    auto dt = [](const BufferView& b) { return cuda::nccl_dtype(b.dtype); };
+    // Copies move fp8 as bytes: NCCL refuses fp8 below sm_90 in some versions even where
+    // nothing is reduced, and a byte is a byte.
+    auto dt = [&](const BufferView& b) {
+      return is_fp8(b.dtype) && !reduces(op.kind) ? ncclUint8 : cuda::nccl_dtype(b.dtype);
+    };
     auto send = [&](const BufferView& b, int peer) {
       if (b.count > 0) check_nccl(ncclSend(b.data, b.count, dt(b), peer, c, s), "ncclSend", c);
     };
@@ -458,6 +603,8 @@ class NcclBackend final : public Backend {
   std::shared_ptr<const trace::CommInfo> info_;
   std::shared_ptr<cuda::GroupEnd> group_;  // The open coalescing block's, if any.
   std::unique_ptr<cuda::GraphWatcher> graphs_;
+  int compute_major_ = 0;         // The device's compute capability (fp8 reductions need 9).
+  mutable PointerCache checked_;  // Buffers that passed the pointer check.
 };
 
 }  // namespace
@@ -486,7 +633,7 @@ std::unique_ptr<Backend> make_nccl_backend(const GroupSpec& spec) {
                               "this process sees {}",
                               device, count));
     }
-    check_cuda(cudaSetDevice(device), "cudaSetDevice");
+    cuda::DeviceGuard guard(device);
     const int n = static_cast<int>(spec.global_ranks.size());
     ncclUniqueId id{};
     const std::string key = spec.store_key + "/nccl_unique_id";

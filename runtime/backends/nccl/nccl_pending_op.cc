@@ -1,7 +1,10 @@
 #include "runtime/backends/nccl/nccl_pending_op.h"
 
+#include <thread>
+
 #include "runtime/backends/nccl/cuda_check.h"
 #include "runtime/backends/nccl/cuda_stream.h"
+#include "trace/logging.h"
 #include "trace/tracer.h"
 
 namespace meshrt::cuda {
@@ -17,6 +20,28 @@ ncclResult_t CommHandle::check_async() {
     throw nccl_error(state, "NCCL communicator failed asynchronously", comm);
   }
   return state;
+}
+
+void CommHandle::abort_async(std::string_view why) noexcept {
+  ncclComm_t c = nullptr;
+  {
+    std::lock_guard lock(mu);
+    if (aborted.exchange(true) || comm == nullptr) return;
+    c = std::exchange(comm, nullptr);
+  }
+  try {
+    log().warn("aborting NCCL communicator '{}' ({})", name, why);
+    std::thread([c, device = device, name = name] {
+      (void)cudaSetDevice(device);
+      const ncclResult_t r = ncclCommAbort(c);
+      if (r != ncclSuccess) {
+        log().warn("ncclCommAbort of '{}': {}", name, ncclGetErrorString(r));
+      }
+    }).detach();
+  } catch (const std::exception&) {
+    // No thread to be had: abort here, blocking if a graph still holds the communicator.
+    (void)ncclCommAbort(c);
+  }
 }
 
 NcclPendingOp::NcclPendingOp(std::shared_ptr<CommHandle> comm, std::shared_ptr<EventPool> pool,
@@ -49,6 +74,10 @@ cudaEvent_t NcclPendingOp::end_event() {
 PollResult NcclPendingOp::poll() {
   // Captured into a graph: nothing ran; the graph's replays are watched (cuda_graph_watch.h).
   if (graph_id_ != 0) return {PollResult::State::kDone};
+  // The watchdog's thread has no device of its own (querying from it would create a context on
+  // GPU 0), and a capture elsewhere must not be invalidated by these queries.
+  DeviceGuard device(comm_->device);
+  RelaxedCaptureGuard capture_mode;
   const cudaEvent_t end = end_event();
   if (end == nullptr) {  // A coalesced member before end_coalescing().
     comm_->check_async();

@@ -7,23 +7,31 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include "runtime/backends/nccl/cuda_resources.h"
 #include "runtime/pending_op.h"
 
 namespace meshrt::cuda {
 
-// An NCCL communicator shared by its backend and the backend's pending ops: polling
-// ncclCommGetAsyncError and ncclCommAbort take `mu`, so a poll never touches an aborted (freed)
-// communicator.
+// An NCCL communicator shared by its backend and the backend's pending ops. Every call that uses
+// `comm` (launches, polls of ncclCommGetAsyncError) holds `mu`, and abort clears `comm` under it,
+// so no call ever touches an aborted (freed) communicator.
 struct CommHandle {
-  std::mutex mu;                     // Guards `comm` against abort while it is queried.
+  std::mutex mu;                     // Guards `comm`.
   ncclComm_t comm = nullptr;         // Null once aborted or destroyed.
-  std::atomic<bool> aborted{false};  // ncclCommAbort was called.
+  std::atomic<bool> aborted{false};  // abort_async() was called.
+  int device = 0;                    // The communicator's CUDA device.
+  std::string name;                  // The meshrt communicator's name, for logs.
 
   // Throws Error if the communicator failed asynchronously (or was aborted); returns the
   // state: ncclSuccess or ncclInProgress.
   ncclResult_t check_async();
+  // Marks the communicator aborted and runs ncclCommAbort on a thread of its own: since NCCL
+  // 2.26 it waits until every CUDA graph that holds the communicator is destroyed, which a hung
+  // replay never allows, so no caller (the watchdog, a failing launch) may block on it. `why`
+  // goes into the log. Does nothing if already aborted.
+  void abort_async(std::string_view why) noexcept;
 };
 
 // The members of a coalesced group share its end event, recorded by end_coalescing().
