@@ -26,6 +26,8 @@
 //   nccl_bench meshrt_ns <y> (...)
 //   nccl_bench overhead_ns <d> (target <= 1000) (...)   paired median of meshrt - raw, sum
 //   nccl_bench raw_avg_ns / meshrt_avg_ns / overhead_avg_ns: the same for avg
+//   nccl_bench raw_streams_ns / meshrt_streams_ns / overhead_streams_ns: sum, against the raw
+//       call with the stream handling every runtime with a stream of its own adds (the floor)
 //   nccl_bench results ok                    (else WRONG, exit 1)
 // Without a usable device: "no CUDA device: <reason>" on stderr, exit 77. A failure: its message on
 // stderr, exit 1. A hang: exit 124 after 60 s.
@@ -215,6 +217,22 @@ int run(int iterations) {
     };
   };
   const std::function<void()> raw_sum = raw_op(ncclSum), raw_avg = raw_op(ncclAvg);
+  // The floor of any runtime that runs NCCL on a stream of its own, as meshrt and PyTorch do: the
+  // raw call plus ordering after the caller's stream (record + wait), the end event, and the
+  // caller's stream waiting for it (Work::wait()).
+  cudaStream_t comm_stream = nullptr;
+  check_cuda(cudaStreamCreateWithFlags(&comm_stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  cudaEvent_t order = nullptr, end = nullptr;
+  check_cuda(cudaEventCreateWithFlags(&order, cudaEventDisableTiming), "cudaEventCreate");
+  check_cuda(cudaEventCreateWithFlags(&end, cudaEventDisableTiming), "cudaEventCreate");
+  const std::function<void()> raw_streams_sum = [&] {
+    check_cuda(cudaEventRecord(order, s), "cudaEventRecord");
+    check_cuda(cudaStreamWaitEvent(comm_stream, order, 0), "cudaStreamWaitEvent");
+    nonblocking(ncclAllReduce(raw_buf, raw_buf, 2, ncclFloat32, ncclSum, raw, comm_stream),
+                "ncclAllReduce", raw);
+    check_cuda(cudaEventRecord(end, comm_stream), "cudaEventRecord");
+    check_cuda(cudaStreamWaitEvent(s, end, 0), "cudaStreamWaitEvent");
+  };
   // Loads NCCL's kernels into the context (CUDA loads modules lazily) before meshrt's cold ops,
   // so that those measure meshrt, not the first kernel launch of the process.
   (void)ns_per_op(kChunk, raw_sum, sync);
@@ -252,10 +270,11 @@ int run(int iterations) {
     const std::function<void()>* launch;
     std::vector<double> ns;
   };
-  std::array<Series, 4> series{{{"raw_sum", &raw_sum, {}},
+  std::array<Series, 5> series{{{"raw_sum", &raw_sum, {}},
                                 {"meshrt_sum", &mesh_sum, {}},
                                 {"raw_avg", &raw_avg, {}},
-                                {"meshrt_avg", &mesh_avg, {}}}};
+                                {"meshrt_avg", &mesh_avg, {}},
+                                {"raw_streams_sum", &raw_streams_sum, {}}}};
   for (Series& x : series) (void)ns_per_op(kWarmupOps, *x.launch, sync);
   for (int round = 0; round < kRounds; ++round) {
     // Rotated so that no series always runs first or right after the same one.
@@ -294,9 +313,13 @@ int run(int iterations) {
   };
   report("", series[0], series[1]);
   report("_avg", series[2], series[3]);
+  report("_streams", series[4], series[1]);
   std::printf("nccl_bench results %s\n", ok ? "ok" : "WRONG");
 
   world.reset();
+  cudaEventDestroy(order);
+  cudaEventDestroy(end);
+  cudaStreamDestroy(comm_stream);
   nonblocking(ncclCommFinalize(raw), "ncclCommFinalize", raw);
   check_nccl(ncclCommDestroy(raw), "ncclCommDestroy", nullptr);
   return ok ? 0 : 1;

@@ -307,8 +307,9 @@ class Communicator {
   void trim_inflight_locked();
   // One round over the launched ops, inflight_mu_ held; failures go to `failed`.
   void poll_launched(std::vector<std::pair<WorkHandle, Error>>& failed);
-  // Polls the oldest unfinished op, inflight_mu_ held; a failure goes to `failed`.
-  void retire_oldest_locked(std::vector<std::pair<WorkHandle, Error>>& failed);
+  // Retires finished ops from the front of inflight_ on the launching thread, inflight_mu_ held;
+  // failures go to `failed`.
+  void retire_launched_locked(std::vector<std::pair<WorkHandle, Error>>& failed);
   // Polls entry `e` (not done, has a pending op), inflight_mu_ held: completes it, or fails it
   // into `failed` (error, abort, past its deadline). `now_ns` is read once per round. Returns
   // whether it is done now.
@@ -337,6 +338,7 @@ class Communicator {
   std::shared_ptr<const trace::CommInfo> info_;
   std::unique_ptr<Backend> backend_;
   const ExecutionModel model_;
+  const bool in_order_;  // Backend::completes_in_order().
   std::shared_ptr<void> resources_;
   std::shared_ptr<const JobContext> job_;
 

@@ -222,6 +222,25 @@ TEST(Gpu, NcclRefusalsLeaveTheCommunicatorUsable) {
   EXPECT_EQ(b.read(), h);
 }
 
+// A loop that never waits: launches retire finished ops themselves (the newest few polled, older
+// ones vouched for by a later one on the same stream), and every Work completes.
+TEST(Gpu, ManyOpsWithoutWaitingAllComplete) {
+  SKIP_WITHOUT_GPU();
+  auto w = world();
+  const auto h = pattern(DType::kF32, 256);
+  DeviceBuffer b(h.data(), h.size());
+  std::vector<WorkHandle> works;
+  for (int i = 0; i < 2000; ++i)
+    works.push_back(w->all_reduce(b.view(DType::kF32), ReduceOp::kAvg));
+  works.back()->synchronize();
+  w->barrier()->wait();
+  for (size_t i = 0; i < works.size(); ++i) {
+    ASSERT_TRUE(works[i]->test()) << "op " << i;
+    ASSERT_EQ(works[i]->record().state, trace::OpState::kCompleted) << "op " << i;
+  }
+  EXPECT_EQ(b.read(), h);
+}
+
 // PyTorch's NCCL barrier blocks the host; meshrt's too.
 TEST(Gpu, BarrierWaitBlocksTheHost) {
   SKIP_WITHOUT_GPU();

@@ -139,6 +139,7 @@ class NcclBackend final : public Backend {
   std::string version() const override { return cuda::nccl_version(); }
   ExecutionModel execution_model() const override { return ExecutionModel::kLaunchOnStream; }
   bool accepts_cuda() const override { return true; }
+  bool completes_in_order() const override { return !settings_.use_caller_stream; }
 
   void set_comm_info(std::shared_ptr<const trace::CommInfo> info) override {
     info_ = std::move(info);
@@ -277,7 +278,7 @@ class NcclBackend final : public Backend {
       check_cuda(cudaStreamWaitEvent(caller, end.get(), 0), "cudaStreamWaitEvent");
     }
     return std::make_unique<cuda::NcclPendingOp>(comm_, pool_, std::move(start), std::move(end),
-                                                 timing, captured ? capture_id : 0);
+                                                 timing, captured ? capture_id : 0, s);
   }
 
   void start_coalescing() override {

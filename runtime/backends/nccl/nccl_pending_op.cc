@@ -45,13 +45,15 @@ void CommHandle::abort_async(std::string_view why) noexcept {
 }
 
 NcclPendingOp::NcclPendingOp(std::shared_ptr<CommHandle> comm, std::shared_ptr<EventPool> pool,
-                             Event start, Event end, bool end_timing, uint64_t graph_id)
+                             Event start, Event end, bool end_timing, uint64_t graph_id,
+                             cudaStream_t stream)
     : comm_(std::move(comm)),
       pool_(std::move(pool)),
       start_(std::move(start)),
       end_(std::move(end)),
       end_timing_(end_timing),
-      graph_id_(graph_id) {}
+      graph_id_(graph_id),
+      stream_(stream) {}
 
 NcclPendingOp::NcclPendingOp(std::shared_ptr<CommHandle> comm, std::shared_ptr<GroupEnd> group)
     : comm_(std::move(comm)), group_(std::move(group)) {}
@@ -118,9 +120,11 @@ PollResult NcclPendingOp::poll() {
 
 void NcclPendingOp::wait_on_stream() {
   if (graph_id_ != 0) return;  // Joined at capture (see NcclBackend::launch).
+  const cudaStream_t caller = current_stream();
+  if (caller == stream_ && stream_ != nullptr) return;  // Already in order (caller's stream).
   const cudaEvent_t end = end_event();
   if (end == nullptr) return;  // A member before end_coalescing(): wait on the group's Work.
-  check_cuda(cudaStreamWaitEvent(current_stream(), end, 0), "cudaStreamWaitEvent");
+  check_cuda(cudaStreamWaitEvent(caller, end, 0), "cudaStreamWaitEvent");
 }
 
 }  // namespace meshrt::cuda

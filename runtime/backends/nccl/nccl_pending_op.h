@@ -51,7 +51,7 @@ class NcclPendingOp final : public PendingOp {
   // An op whose completion `end` marks (recorded on `stream`); `start` is empty unless timing
   // is on. `graph_id` != 0: captured into that CUDA graph, not run (done at once).
   NcclPendingOp(std::shared_ptr<CommHandle> comm, std::shared_ptr<EventPool> pool, Event start,
-                Event end, bool end_timing, uint64_t graph_id);
+                Event end, bool end_timing, uint64_t graph_id, cudaStream_t stream);
   // A member of a coalesced group, or its closing op: done when the group's end event is.
   NcclPendingOp(std::shared_ptr<CommHandle> comm, std::shared_ptr<GroupEnd> group);
   ~NcclPendingOp() override;
@@ -71,6 +71,7 @@ class NcclPendingOp final : public PendingOp {
   Event end_;
   bool end_timing_ = false;
   uint64_t graph_id_ = 0;
+  cudaStream_t stream_ = nullptr;  // Where it ran; a caller on that stream needs no wait.
   bool started_ = false;
   int64_t started_seen_ns_ = 0;
 };
