@@ -59,9 +59,6 @@ class Backend {
   // it cannot be launched (nothing was started then). Returns null when it completed the op
   // before returning. The default throws Error(kNotSupported).
   virtual std::unique_ptr<PendingOp> launch(const Op& op);
-  // kLaunchOnStream: whether this communicator's ops finish in launch order (one stream), so
-  // that a finished op vouches for every older one (Communicator retires them unpolled).
-  virtual bool completes_in_order() const { return false; }
   // Whether ops may take CUDA buffers (NCCL); validation refuses them elsewhere.
   virtual bool accepts_cuda() const { return false; }
   // Checks what the communicator's validation cannot know (NCCL: that every buffer is device

@@ -131,7 +131,6 @@ Communicator::Communicator(trace::CommInfo info, std::unique_ptr<Backend> backen
                            std::shared_ptr<void> resources, std::shared_ptr<const JobContext> job)
     : backend_(std::move(backend)),
       model_(backend_->execution_model()),
-      in_order_(backend_->completes_in_order()),
       resources_(std::move(resources)),
       job_(std::move(job)),
       driver_(std::make_shared<Driver>(this)) {
@@ -447,8 +446,12 @@ void Communicator::retire_launched_locked(std::vector<std::pair<WorkHandle, Erro
   constexpr size_t kUnpolled = 8;
   if (inflight_.size() < 2 * kUnpolled) return;
   int64_t now_ns = 0;
-  if (!in_order_ || trace::timing_enabled()) {
-    // Each op answers for itself (and its measured times): poll the oldest unfinished one.
+  // The op kUnpolled back from the newest, once done, vouches for every older op of its stream,
+  // unless their records want measured times.
+  const auto vouch = std::prev(inflight_.end(), kUnpolled);
+  const void* order = vouch->pending ? vouch->pending->completion_order() : nullptr;
+  if (order == nullptr || trace::timing_enabled()) {
+    // Each op answers for itself: poll the oldest unfinished one.
     for (Launched& e : inflight_) {
       if (e.done) continue;
       if (e.pending) poll_entry_locked(e, now_ns, failed);
@@ -456,13 +459,11 @@ void Communicator::retire_launched_locked(std::vector<std::pair<WorkHandle, Erro
     }
     return;
   }
-  // One stream: the op kUnpolled back from the newest, once done, vouches for every older one.
-  const auto vouch = std::prev(inflight_.end(), kUnpolled);
-  if (vouch->done || !vouch->pending) return;
+  if (vouch->done) return;
   const size_t failures = failed.size();
   if (!poll_entry_locked(*vouch, now_ns, failed) || failed.size() != failures) return;
   for (auto it = inflight_.begin(); it != vouch; ++it) {
-    if (it->done || !it->pending) continue;
+    if (it->done || !it->pending || it->pending->completion_order() != order) continue;
     it->done = true;
     if (!it->started) it->work->mark_started(0);
     if (it->debug) it->debug->output = tensor_stats(it->output);

@@ -338,7 +338,6 @@ class Communicator {
   std::shared_ptr<const trace::CommInfo> info_;
   std::unique_ptr<Backend> backend_;
   const ExecutionModel model_;
-  const bool in_order_;  // Backend::completes_in_order().
   std::shared_ptr<void> resources_;
   std::shared_ptr<const JobContext> job_;
 

@@ -35,6 +35,9 @@ class PendingOp {
   // The op timed out or its communicator was aborted: release what can be released without
   // completing it (the backend's abort() has been or will be called). Never blocks.
   virtual void abandon() noexcept {}
+  // Ops of one communicator with the same non-null key finish in launch order (NCCL: ops on one
+  // stream), so that one found done vouches for every older op with its key; null: no order.
+  virtual const void* completion_order() const { return nullptr; }
   // The CUDA graph capture id when the op was captured into a graph instead of run (it then
   // reports kDone at once and its replays are watched by the backend); 0 otherwise.
   virtual uint64_t cuda_graph_id() const { return 0; }

@@ -60,6 +60,8 @@ class NcclPendingOp final : public PendingOp {
   void wait_on_stream() override;
   void abandon() noexcept override {}
   uint64_t cuda_graph_id() const override { return graph_id_; }
+  // Its stream (the legacy stream 0 and coalesced members: none).
+  const void* completion_order() const override { return group_ ? nullptr : stream_; }
 
  private:
   cudaEvent_t end_event();
