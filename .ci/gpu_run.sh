@@ -131,7 +131,7 @@ for way in nccl_bench "nccl_bench_no_ptr_check MESHRT_NCCL_CHECK_POINTERS=0" \
   read -r step var <<<"$way"
   have nccl_bench "$step" || continue
   run "$step" 45 "${MRT[@]}" ${var:+"$var"} "$BIN/nccl_bench"
-  result=$(fields nccl_bench overhead_ns overhead_avg_ns overhead_streams_ns raw_ns raw_streams_ns meshrt_ns cold_pool_ns results)
+  result=$(fields nccl_bench overhead_ns overhead_avg_ns overhead_streams_ns overhead_launch_only_ns raw_ns raw_streams_ns meshrt_ns cold_pool_ns results)
   verdict "$step" gpu
 done
 

@@ -28,6 +28,8 @@
 //   nccl_bench raw_avg_ns / meshrt_avg_ns / overhead_avg_ns: the same for avg
 //   nccl_bench raw_streams_ns / meshrt_streams_ns / overhead_streams_ns: sum, against the raw
 //       call with the stream handling every runtime with a stream of its own adds (the floor)
+//   nccl_bench raw_launch_only_ns / meshrt_launch_only_ns / overhead_launch_only_ns: sum, meshrt
+//       without wait() (the Work dropped), so that wait()'s share shows
 //   nccl_bench results ok                    (else WRONG, exit 1)
 // Without a usable device: "no CUDA device: <reason>" on stderr, exit 77. A failure: its message on
 // stderr, exit 1. A hang: exit 124 after 60 s.
@@ -254,6 +256,8 @@ int run(int iterations) {
   };
   const std::function<void()> mesh_sum = mesh_op(meshrt::ReduceOp::kSum),
                               mesh_avg = mesh_op(meshrt::ReduceOp::kAvg);
+  // The launch alone (the Work dropped, no wait()): what wait() adds is the difference.
+  const std::function<void()> mesh_launch_sum = [&] { (void)world->all_reduce(view); };
 
   // Cold: the first ops after init, before the event pool has anything to reuse. The first op
   // alone also pays meshrt's one-time costs (thread-locals, first record), so it is shown apart.
@@ -270,11 +274,12 @@ int run(int iterations) {
     const std::function<void()>* launch;
     std::vector<double> ns;
   };
-  std::array<Series, 5> series{{{"raw_sum", &raw_sum, {}},
+  std::array<Series, 6> series{{{"raw_sum", &raw_sum, {}},
                                 {"meshrt_sum", &mesh_sum, {}},
                                 {"raw_avg", &raw_avg, {}},
                                 {"meshrt_avg", &mesh_avg, {}},
-                                {"raw_streams_sum", &raw_streams_sum, {}}}};
+                                {"raw_streams_sum", &raw_streams_sum, {}},
+                                {"meshrt_launch_sum", &mesh_launch_sum, {}}}};
   for (Series& x : series) (void)ns_per_op(kWarmupOps, *x.launch, sync);
   for (int round = 0; round < kRounds; ++round) {
     // Rotated so that no series always runs first or right after the same one.
@@ -314,6 +319,7 @@ int run(int iterations) {
   report("", series[0], series[1]);
   report("_avg", series[2], series[3]);
   report("_streams", series[4], series[1]);
+  report("_launch_only", series[0], series[5]);
   std::printf("nccl_bench results %s\n", ok ? "ok" : "WRONG");
 
   world.reset();
