@@ -17,8 +17,6 @@
 // name and error on stderr, exit 1. A hang: exit 124 after 60 s.
 #include <cuda_runtime_api.h>
 #include <nccl.h>
-#include <signal.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -28,7 +26,8 @@
 #include <cstring>
 #include <functional>
 #include <string>
-#include <thread>
+
+#include "bench/gpu_bench_util.h"
 
 namespace {
 
@@ -38,52 +37,12 @@ constexpr int kBatches = 5;
 constexpr int kStreamChunk = 100;
 constexpr unsigned kDeadlineSeconds = 60;
 constexpr int kDevice = 0;  // CUDA_VISIBLE_DEVICES picks the GPU.
+constexpr char kTool[] = "cuda_cost_bench";
 
-[[noreturn]] void fail(const char* call, const std::string& detail) {
-  std::fprintf(stderr, "cuda_cost_bench: %s failed: %s\n", call, detail.c_str());
-  std::exit(1);
-}
-
-void check_cuda(cudaError_t error, const char* call) {
-  if (error != cudaSuccess) {
-    fail(call, std::string(cudaGetErrorName(error)) + ": " + cudaGetErrorString(error));
-  }
-}
-
-// ncclInProgress is not a failure: a non-blocking communicator returns it while work completes
-// in the background (wait_ready).
-void check_nccl(ncclResult_t result, const char* call, ncclComm_t comm) {
-  if (result != ncclSuccess && result != ncclInProgress) {
-    fail(call, std::string(ncclGetErrorString(result)) + " (" + ncclGetLastError(comm) + ")");
-  }
-}
-
-// Polls a non-blocking communicator until its pending call finished, as meshrt's
-// wait_nccl_ready does.
-void wait_ready(ncclComm_t comm, const char* call) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  for (;;) {
-    ncclResult_t state = ncclSuccess;
-    check_nccl(ncclCommGetAsyncError(comm, &state), "ncclCommGetAsyncError", comm);
-    if (state == ncclSuccess) return;
-    if (state != ncclInProgress) check_nccl(state, call, comm);
-    if (std::chrono::steady_clock::now() >= until) fail(call, "still in progress after 20 s");
-    std::this_thread::yield();
-  }
-}
-
-// A call on a non-blocking communicator, complete when this returns (as every later call needs).
-void nonblocking(ncclResult_t result, const char* call, ncclComm_t comm) {
-  check_nccl(result, call, comm);
-  if (result == ncclInProgress) wait_ready(comm, call);
-}
-
-std::string nccl_version_text(int code) {
-  // NCCL_VERSION(X,Y,Z) is X*10000+Y*100+Z since 2.9; before, X*1000+Y*100+Z.
-  const int major = code >= 10000 ? code / 10000 : code / 1000;
-  const int minor = code >= 10000 ? code / 100 % 100 : code / 100 % 10;
-  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(code % 100);
-}
+using meshrt::bench::check_cuda;
+using meshrt::bench::check_nccl;
+using meshrt::bench::nonblocking;
+using meshrt::bench::wait_ready;
 
 struct Figure {
   double median = 0, min = 0, max = 0;
@@ -118,14 +77,14 @@ void report(const char* name, int calls, const Figure& f) {
 
 ncclComm_t make_comm(bool blocking) {
   ncclUniqueId id;
-  check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId", nullptr);
+  check_nccl(kTool, ncclGetUniqueId(&id), "ncclGetUniqueId", nullptr);
   ncclComm_t comm = nullptr;
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = blocking ? 1 : 0;
   config.commName = blocking ? "cost_bench_blocking" : "cost_bench_nonblocking";
   const ncclResult_t r = ncclCommInitRankConfig(&comm, 1, id, 0, &config);
-  check_nccl(r, "ncclCommInitRankConfig", comm);
-  if (!blocking) wait_ready(comm, "ncclCommInitRankConfig");
+  check_nccl(kTool, r, "ncclCommInitRankConfig", comm);
+  if (!blocking) wait_ready(kTool, comm, "ncclCommInitRankConfig");
   return comm;
 }
 
@@ -139,64 +98,37 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: cuda_cost_bench [calls per batch, >= 10]\n");
     return 2;
   }
-  // A wedged device or driver must not hold the unattended run: exit with timeout's status.
-  signal(SIGALRM, [](int) {
-    static const char kMsg[] = "cuda_cost_bench: still running after the deadline; giving up\n";
-    (void)!write(2, kMsg, sizeof(kMsg) - 1);
-    _exit(124);
-  });
-  alarm(kDeadlineSeconds);
-
-  int devices = 0;
-  if (const cudaError_t e = cudaGetDeviceCount(&devices); e != cudaSuccess) {
-    std::fprintf(stderr, "no CUDA device: cudaGetDeviceCount: %s: %s\n", cudaGetErrorName(e),
-                 cudaGetErrorString(e));
-    return 77;
-  }
-  if (devices == 0) {
-    std::fprintf(stderr, "no CUDA device: cudaGetDeviceCount found none\n");
-    return 77;
-  }
-  check_cuda(cudaSetDevice(kDevice), "cudaSetDevice");
-  check_cuda(cudaFree(nullptr), "cudaFree(nullptr) (context creation)");
-
-  cudaDeviceProp prop{};
-  check_cuda(cudaGetDeviceProperties(&prop, kDevice), "cudaGetDeviceProperties");
-  char bus[32] = {};
-  check_cuda(cudaDeviceGetPCIBusId(bus, sizeof(bus), kDevice), "cudaDeviceGetPCIBusId");
-  int runtime_version = 0, driver_version = 0, nccl_code = 0;
-  check_cuda(cudaRuntimeGetVersion(&runtime_version), "cudaRuntimeGetVersion");
-  check_cuda(cudaDriverGetVersion(&driver_version), "cudaDriverGetVersion");
-  check_nccl(ncclGetVersion(&nccl_code), "ncclGetVersion", nullptr);
-  std::printf("cuda_cost_bench device %d \"%s\" sm_%d%d pci %s\n", kDevice, prop.name, prop.major,
-              prop.minor, bus);
-  std::printf("cuda_cost_bench versions cuda_runtime %d cuda_driver %d nccl %s nccl_header %s\n",
-              runtime_version, driver_version, nccl_version_text(nccl_code).c_str(),
-              nccl_version_text(NCCL_VERSION_CODE).c_str());
+  meshrt::bench::arm_deadline(kTool, kDeadlineSeconds);
+  if (!meshrt::bench::has_cuda_device()) return meshrt::bench::kExitNoDevice;
+  meshrt::bench::use_device(kTool, kDevice);
+  meshrt::bench::print_banner(kTool, kDevice);
 
   // meshrt's streams are non-blocking: no implicit ordering with the legacy default stream.
   cudaStream_t s = nullptr, s2 = nullptr;
-  check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-  check_cuda(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  check_cuda(kTool, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking),
+             "cudaStreamCreateWithFlags");
+  check_cuda(kTool, cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking),
+             "cudaStreamCreateWithFlags");
   // Two floats: the 8 B of the figures. Out-of-place pairs read `send` and write `recv`.
   const float input[2] = {1.5f, -2.25f};
   float *send = nullptr, *recv = nullptr, *inplace = nullptr;
-  check_cuda(cudaMalloc(&send, sizeof(input)), "cudaMalloc");
-  check_cuda(cudaMalloc(&recv, sizeof(input)), "cudaMalloc");
-  check_cuda(cudaMalloc(&inplace, sizeof(input)), "cudaMalloc");
+  check_cuda(kTool, cudaMalloc(&send, sizeof(input)), "cudaMalloc");
+  check_cuda(kTool, cudaMalloc(&recv, sizeof(input)), "cudaMalloc");
+  check_cuda(kTool, cudaMalloc(&inplace, sizeof(input)), "cudaMalloc");
   for (float* p : {send, recv, inplace}) {
-    check_cuda(cudaMemcpy(p, input, sizeof(input), cudaMemcpyHostToDevice), "cudaMemcpy");
+    check_cuda(kTool, cudaMemcpy(p, input, sizeof(input), cudaMemcpyHostToDevice), "cudaMemcpy");
   }
   // A pageable cudaMemcpy may return before its DMA lands, and `s` does not wait for the legacy
   // stream.
-  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  check_cuda(kTool, cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   cudaEvent_t plain = nullptr, timed = nullptr;
-  check_cuda(cudaEventCreateWithFlags(&plain, cudaEventDisableTiming), "cudaEventCreateWithFlags");
-  check_cuda(cudaEventCreateWithFlags(&timed, cudaEventDefault), "cudaEventCreateWithFlags");
+  check_cuda(kTool, cudaEventCreateWithFlags(&plain, cudaEventDisableTiming),
+             "cudaEventCreateWithFlags");
+  check_cuda(kTool, cudaEventCreateWithFlags(&timed, cudaEventDefault), "cudaEventCreateWithFlags");
 
   const int stream_calls = std::max(kStreamChunk, calls / 10);
   const std::function<void()> host_only;  // No synchronisation: nothing reaches the device.
-  const std::function<void()> sync = [] { check_cuda(cudaDeviceSynchronize(), "sync"); };
+  const std::function<void()> sync = [] { check_cuda(kTool, cudaDeviceSynchronize(), "sync"); };
   const auto host_item = [&](const char* name, const std::function<void()>& body) {
     report(name, calls, measure(calls, calls, body, host_only));
   };
@@ -206,67 +138,73 @@ int main(int argc, char** argv) {
 
   host_item("cudaGetDevice", [] {
     int d = -1;
-    check_cuda(cudaGetDevice(&d), "cudaGetDevice");
+    check_cuda(kTool, cudaGetDevice(&d), "cudaGetDevice");
   });
-  host_item("cudaSetDevice_same", [] { check_cuda(cudaSetDevice(kDevice), "cudaSetDevice"); });
+  host_item("cudaSetDevice_same",
+            [] { check_cuda(kTool, cudaSetDevice(kDevice), "cudaSetDevice"); });
   host_item("cudaStreamGetCaptureInfo_nonblocking_stream", [&] {
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     unsigned long long id = 0;
     cudaGraph_t graph = nullptr;
-    check_cuda(cudaStreamGetCaptureInfo(s, &status, &id, &graph), "cudaStreamGetCaptureInfo");
+    check_cuda(kTool, cudaStreamGetCaptureInfo(s, &status, &id, &graph),
+               "cudaStreamGetCaptureInfo");
   });
   // meshrt's default caller stream (none set) is the legacy default stream.
   host_item("cudaStreamGetCaptureInfo_legacy_stream", [&] {
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     unsigned long long id = 0;
     cudaGraph_t graph = nullptr;
-    check_cuda(cudaStreamGetCaptureInfo(nullptr, &status, &id, &graph), "cudaStreamGetCaptureInfo");
+    check_cuda(kTool, cudaStreamGetCaptureInfo(nullptr, &status, &id, &graph),
+               "cudaStreamGetCaptureInfo");
   });
   host_item("cudaStreamIsCapturing", [&] {
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-    check_cuda(cudaStreamIsCapturing(s, &status), "cudaStreamIsCapturing");
+    check_cuda(kTool, cudaStreamIsCapturing(s, &status), "cudaStreamIsCapturing");
   });
   // The guard PyTorch puts around event queries (set thread-local, then restore).
   host_item("cudaThreadExchangeStreamCaptureMode_pair", [] {
     cudaStreamCaptureMode mode = cudaStreamCaptureModeThreadLocal;
-    check_cuda(cudaThreadExchangeStreamCaptureMode(&mode), "cudaThreadExchangeStreamCaptureMode");
-    check_cuda(cudaThreadExchangeStreamCaptureMode(&mode), "cudaThreadExchangeStreamCaptureMode");
+    check_cuda(kTool, cudaThreadExchangeStreamCaptureMode(&mode),
+               "cudaThreadExchangeStreamCaptureMode");
+    check_cuda(kTool, cudaThreadExchangeStreamCaptureMode(&mode),
+               "cudaThreadExchangeStreamCaptureMode");
   });
   host_item("cudaPointerGetAttributes_device", [&] {
     cudaPointerAttributes attr{};
-    check_cuda(cudaPointerGetAttributes(&attr, inplace), "cudaPointerGetAttributes");
+    check_cuda(kTool, cudaPointerGetAttributes(&attr, inplace), "cudaPointerGetAttributes");
   });
   host_item("cudaEventCreate_destroy_disable_timing", [] {
     cudaEvent_t e = nullptr;
-    check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags");
-    check_cuda(cudaEventDestroy(e), "cudaEventDestroy");
+    check_cuda(kTool, cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
+               "cudaEventCreateWithFlags");
+    check_cuda(kTool, cudaEventDestroy(e), "cudaEventDestroy");
   });
   host_item("cudaEventCreate_destroy_timing", [] {
     cudaEvent_t e = nullptr;
-    check_cuda(cudaEventCreateWithFlags(&e, cudaEventDefault), "cudaEventCreateWithFlags");
-    check_cuda(cudaEventDestroy(e), "cudaEventDestroy");
+    check_cuda(kTool, cudaEventCreateWithFlags(&e, cudaEventDefault), "cudaEventCreateWithFlags");
+    check_cuda(kTool, cudaEventDestroy(e), "cudaEventDestroy");
   });
   stream_item("cudaEventRecord_disable_timing",
-              [&] { check_cuda(cudaEventRecord(plain, s), "cudaEventRecord"); });
+              [&] { check_cuda(kTool, cudaEventRecord(plain, s), "cudaEventRecord"); });
   stream_item("cudaEventRecord_timing",
-              [&] { check_cuda(cudaEventRecord(timed, s), "cudaEventRecord"); });
-  check_cuda(cudaEventRecord(plain, s), "cudaEventRecord");
-  check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+              [&] { check_cuda(kTool, cudaEventRecord(timed, s), "cudaEventRecord"); });
+  check_cuda(kTool, cudaEventRecord(plain, s), "cudaEventRecord");
+  check_cuda(kTool, cudaStreamSynchronize(s), "cudaStreamSynchronize");
   host_item("cudaEventQuery_completed",
-            [&] { check_cuda(cudaEventQuery(plain), "cudaEventQuery"); });
+            [&] { check_cuda(kTool, cudaEventQuery(plain), "cudaEventQuery"); });
   stream_item("cudaStreamWaitEvent_completed",
-              [&] { check_cuda(cudaStreamWaitEvent(s2, plain, 0), "cudaStreamWaitEvent"); });
+              [&] { check_cuda(kTool, cudaStreamWaitEvent(s2, plain, 0), "cudaStreamWaitEvent"); });
   // meshrt's ordering of its stream after the caller's: record on one, wait on the other.
   stream_item("cudaEventRecord_cudaStreamWaitEvent_pair", [&] {
-    check_cuda(cudaEventRecord(plain, s), "cudaEventRecord");
-    check_cuda(cudaStreamWaitEvent(s2, plain, 0), "cudaStreamWaitEvent");
+    check_cuda(kTool, cudaEventRecord(plain, s), "cudaEventRecord");
+    check_cuda(kTool, cudaStreamWaitEvent(s2, plain, 0), "cudaStreamWaitEvent");
   });
 
   ncclComm_t blocking = make_comm(true);
   ncclComm_t nonblock = make_comm(false);
   host_item("ncclCommGetAsyncError", [&] {
     ncclResult_t state = ncclSuccess;
-    check_nccl(ncclCommGetAsyncError(nonblock, &state), "ncclCommGetAsyncError", nonblock);
+    check_nccl(kTool, ncclCommGetAsyncError(nonblock, &state), "ncclCommGetAsyncError", nonblock);
   });
   // At world size 1 NCCL runs an in-place sum as a no-op (nothing reaches the stream):
   // out-of-place makes it launch a real copy, and avg (a pre-multiplied sum) a real kernel, as
@@ -275,13 +213,13 @@ int main(int argc, char** argv) {
   const auto nccl_item = [&](const char* name, ncclComm_t comm, bool grouped, float* in, float* out,
                              ncclRedOp_t op) {
     stream_item(name, [=] {
-      if (grouped) check_nccl(ncclGroupStart(), "ncclGroupStart", comm);
+      if (grouped) check_nccl(kTool, ncclGroupStart(), "ncclGroupStart", comm);
       const ncclResult_t r = ncclAllReduce(in, out, 2, ncclFloat32, op, comm, s);
       if (grouped) {
-        check_nccl(r, "ncclAllReduce", comm);
-        nonblocking(ncclGroupEnd(), "ncclGroupEnd", comm);
+        check_nccl(kTool, r, "ncclAllReduce", comm);
+        nonblocking(kTool, ncclGroupEnd(), "ncclGroupEnd", comm);
       } else {
-        nonblocking(r, "ncclAllReduce", comm);
+        nonblocking(kTool, r, "ncclAllReduce", comm);
       }
     });
   };
@@ -297,26 +235,26 @@ int main(int argc, char** argv) {
             ncclAvg);
 
   // A sum or average over one rank leaves every value as it was: exactly (x * 1.0f == x).
-  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  check_cuda(kTool, cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   for (ncclComm_t comm : {blocking, nonblock}) {
     ncclResult_t state = ncclSuccess;
-    check_nccl(ncclCommGetAsyncError(comm, &state), "ncclCommGetAsyncError", comm);
-    check_nccl(state, "an NCCL op (asynchronous error)", comm);
+    check_nccl(kTool, ncclCommGetAsyncError(comm, &state), "ncclCommGetAsyncError", comm);
+    check_nccl(kTool, state, "an NCCL op (asynchronous error)", comm);
   }
   bool ok = true;
   for (float* p : {send, recv, inplace}) {
     float got[2] = {};
-    check_cuda(cudaMemcpy(got, p, sizeof(got), cudaMemcpyDeviceToHost), "cudaMemcpy");
+    check_cuda(kTool, cudaMemcpy(got, p, sizeof(got), cudaMemcpyDeviceToHost), "cudaMemcpy");
     if (std::memcmp(got, input, sizeof(input)) != 0) {
       std::fprintf(stderr, "cuda_cost_bench: wrong result: %g %g, expected %g %g\n", got[0], got[1],
                    input[0], input[1]);
       ok = false;
     }
   }
-  check_nccl(ncclCommDestroy(blocking), "ncclCommDestroy", nullptr);
+  check_nccl(kTool, ncclCommDestroy(blocking), "ncclCommDestroy", nullptr);
   // A non-blocking communicator is finalized (polled) before it is destroyed.
-  nonblocking(ncclCommFinalize(nonblock), "ncclCommFinalize", nonblock);
-  check_nccl(ncclCommDestroy(nonblock), "ncclCommDestroy", nullptr);
+  nonblocking(kTool, ncclCommFinalize(nonblock), "ncclCommFinalize", nonblock);
+  check_nccl(kTool, ncclCommDestroy(nonblock), "ncclCommDestroy", nullptr);
   std::printf("cuda_cost_bench results %s\n", ok ? "ok" : "WRONG");
   return ok ? 0 : 1;
 }

@@ -35,8 +35,6 @@
 // stderr, exit 1. A hang: exit 124 after 60 s.
 #include <cuda_runtime_api.h>
 #include <nccl.h>
-#include <signal.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -47,9 +45,9 @@
 #include <exception>
 #include <functional>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "bench/gpu_bench_util.h"
 #include "mesh/meshrt.h"
 #include "runtime/backends/nccl/cuda_stream.h"
 
@@ -62,50 +60,13 @@ constexpr int kChunk = 100;
 constexpr int kColdOps = 200;
 constexpr int kWarmupOps = 1000;
 constexpr unsigned kDeadlineSeconds = 60;
+constexpr char kTool[] = "nccl_bench";
 
-[[noreturn]] void fail(const std::string& what) {
-  std::fprintf(stderr, "nccl_bench: %s\n", what.c_str());
-  std::exit(1);
-}
+using meshrt::bench::check_cuda;
+using meshrt::bench::check_nccl;
+using meshrt::bench::nonblocking;
 
-void check_cuda(cudaError_t error, const char* call) {
-  if (error != cudaSuccess) {
-    fail(std::string(call) + " failed: " + cudaGetErrorName(error) + ": " +
-         cudaGetErrorString(error));
-  }
-}
-
-// ncclInProgress is not a failure: a non-blocking communicator returns it while work completes
-// in the background (nonblocking()).
-void check_nccl(ncclResult_t result, const char* call, ncclComm_t comm) {
-  if (result != ncclSuccess && result != ncclInProgress) {
-    fail(std::string(call) + " failed: " + ncclGetErrorString(result) + " (" +
-         ncclGetLastError(comm) + ")");
-  }
-}
-
-// A call on a non-blocking communicator, complete when this returns (every later call needs it):
-// polled as meshrt's wait_nccl_ready polls, but only when NCCL said it is still in progress.
-void nonblocking(ncclResult_t result, const char* call, ncclComm_t comm) {
-  check_nccl(result, call, comm);
-  if (result == ncclSuccess) return;
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  for (;;) {
-    ncclResult_t state = ncclSuccess;
-    check_nccl(ncclCommGetAsyncError(comm, &state), "ncclCommGetAsyncError", comm);
-    if (state == ncclSuccess) return;
-    if (state != ncclInProgress) check_nccl(state, call, comm);
-    if (std::chrono::steady_clock::now() >= until) fail(std::string(call) + " still in progress");
-    std::this_thread::yield();
-  }
-}
-
-std::string nccl_version_text(int code) {
-  // NCCL_VERSION(X,Y,Z) is X*10000+Y*100+Z since 2.9; before, X*1000+Y*100+Z.
-  const int major = code >= 10000 ? code / 10000 : code / 1000;
-  const int minor = code >= 10000 ? code / 100 % 100 : code / 100 % 10;
-  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(code % 100);
-}
+// How nccl_bench words a call NCCL never finished, kept as logs of earlier runs have it.
 
 std::string env_text(const char* name) {
   const char* value = std::getenv(name);
@@ -142,7 +103,8 @@ Stats stats(std::vector<double> v) {
 // The world-size-1 sum or average of `input` is `input`, exactly (x * 1.0f == x).
 bool holds_input(const float* device_buffer, const float (&input)[2], const char* side) {
   float got[2] = {};
-  check_cuda(cudaMemcpy(got, device_buffer, sizeof(got), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  check_cuda(kTool, cudaMemcpy(got, device_buffer, sizeof(got), cudaMemcpyDeviceToHost),
+             "cudaMemcpy");
   if (std::memcmp(got, input, sizeof(got)) == 0) return true;
   std::fprintf(stderr, "nccl_bench: wrong %s result: %g %g, expected %g %g\n", side, got[0], got[1],
                input[0], input[1]);
@@ -150,35 +112,12 @@ bool holds_input(const float* device_buffer, const float (&input)[2], const char
 }
 
 int run(int iterations) {
-  int devices = 0;
-  if (const cudaError_t e = cudaGetDeviceCount(&devices); e != cudaSuccess) {
-    std::fprintf(stderr, "no CUDA device: cudaGetDeviceCount: %s: %s\n", cudaGetErrorName(e),
-                 cudaGetErrorString(e));
-    return 77;
-  }
-  if (devices == 0) {
-    std::fprintf(stderr, "no CUDA device: cudaGetDeviceCount found none\n");
-    return 77;
-  }
+  if (!meshrt::bench::has_cuda_device()) return meshrt::bench::kExitNoDevice;
   // meshrt picks MESHRT_CUDA_DEVICE (else LOCAL_RANK, here 0): the raw side follows it.
   const char* device_env = std::getenv("MESHRT_CUDA_DEVICE");
   const int device = device_env != nullptr ? std::atoi(device_env) : 0;
-  check_cuda(cudaSetDevice(device), "cudaSetDevice");
-  check_cuda(cudaFree(nullptr), "cudaFree(nullptr) (context creation)");
-
-  cudaDeviceProp prop{};
-  check_cuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
-  char bus[32] = {};
-  check_cuda(cudaDeviceGetPCIBusId(bus, sizeof(bus), device), "cudaDeviceGetPCIBusId");
-  int runtime_version = 0, driver_version = 0, nccl_code = 0;
-  check_cuda(cudaRuntimeGetVersion(&runtime_version), "cudaRuntimeGetVersion");
-  check_cuda(cudaDriverGetVersion(&driver_version), "cudaDriverGetVersion");
-  check_nccl(ncclGetVersion(&nccl_code), "ncclGetVersion", nullptr);
-  std::printf("nccl_bench device %d \"%s\" sm_%d%d pci %s\n", device, prop.name, prop.major,
-              prop.minor, bus);
-  std::printf("nccl_bench versions cuda_runtime %d cuda_driver %d nccl %s nccl_header %s\n",
-              runtime_version, driver_version, nccl_version_text(nccl_code).c_str(),
-              nccl_version_text(NCCL_VERSION_CODE).c_str());
+  meshrt::bench::use_device(kTool, device);
+  meshrt::bench::print_banner(kTool, device);
   const int per_round = std::max(1, iterations / kRounds);
   std::printf("nccl_bench settings %s %s %s flight_recorder=on iterations=%d rounds=%d chunk=%d\n",
               env_text("MESHRT_NCCL_CHECK_POINTERS").c_str(),
@@ -187,35 +126,36 @@ int run(int iterations) {
 
   // The caller's stream: a trainer's compute stream is non-blocking, like this one.
   cudaStream_t s = nullptr;
-  check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  check_cuda(kTool, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking),
+             "cudaStreamCreateWithFlags");
   // Each side its own 8 bytes, so that each side's result is checked on its own.
   const float input[2] = {1.5f, -2.25f};
   float *raw_buf = nullptr, *mesh_buf = nullptr;
-  check_cuda(cudaMalloc(&raw_buf, sizeof(input)), "cudaMalloc");
-  check_cuda(cudaMalloc(&mesh_buf, sizeof(input)), "cudaMalloc");
+  check_cuda(kTool, cudaMalloc(&raw_buf, sizeof(input)), "cudaMalloc");
+  check_cuda(kTool, cudaMalloc(&mesh_buf, sizeof(input)), "cudaMalloc");
   for (float* p : {raw_buf, mesh_buf}) {
-    check_cuda(cudaMemcpy(p, input, sizeof(input), cudaMemcpyHostToDevice), "cudaMemcpy");
+    check_cuda(kTool, cudaMemcpy(p, input, sizeof(input), cudaMemcpyHostToDevice), "cudaMemcpy");
   }
   // A pageable cudaMemcpy may return before its DMA lands, and `s` does not wait for the legacy
   // stream.
-  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  check_cuda(kTool, cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   const std::function<void()> sync = [&] {
-    check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    check_cuda(kTool, cudaStreamSynchronize(s), "cudaStreamSynchronize");
   };
 
   ncclUniqueId id;
-  check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId", nullptr);
+  check_nccl(kTool, ncclGetUniqueId(&id), "ncclGetUniqueId", nullptr);
   ncclComm_t raw = nullptr;
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // As meshrt's communicators.
   config.commName = "nccl_bench_raw";
   // `raw` is read only once the call has set it: an argument list has no evaluation order.
   const ncclResult_t init = ncclCommInitRankConfig(&raw, 1, id, 0, &config);
-  nonblocking(init, "ncclCommInitRankConfig", raw);
+  nonblocking(kTool, init, "ncclCommInitRankConfig", raw);
   const auto raw_op = [&](ncclRedOp_t op) -> std::function<void()> {
     return [&, op] {
-      nonblocking(ncclAllReduce(raw_buf, raw_buf, 2, ncclFloat32, op, raw, s), "ncclAllReduce",
-                  raw);
+      nonblocking(kTool, ncclAllReduce(raw_buf, raw_buf, 2, ncclFloat32, op, raw, s),
+                  "ncclAllReduce", raw);
     };
   };
   const std::function<void()> raw_sum = raw_op(ncclSum), raw_avg = raw_op(ncclAvg);
@@ -223,17 +163,18 @@ int run(int iterations) {
   // raw call plus ordering after the caller's stream (record + wait), the end event, and the
   // caller's stream waiting for it (Work::wait()).
   cudaStream_t comm_stream = nullptr;
-  check_cuda(cudaStreamCreateWithFlags(&comm_stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  check_cuda(kTool, cudaStreamCreateWithFlags(&comm_stream, cudaStreamNonBlocking),
+             "cudaStreamCreate");
   cudaEvent_t order = nullptr, end = nullptr;
-  check_cuda(cudaEventCreateWithFlags(&order, cudaEventDisableTiming), "cudaEventCreate");
-  check_cuda(cudaEventCreateWithFlags(&end, cudaEventDisableTiming), "cudaEventCreate");
+  check_cuda(kTool, cudaEventCreateWithFlags(&order, cudaEventDisableTiming), "cudaEventCreate");
+  check_cuda(kTool, cudaEventCreateWithFlags(&end, cudaEventDisableTiming), "cudaEventCreate");
   const std::function<void()> raw_streams_sum = [&] {
-    check_cuda(cudaEventRecord(order, s), "cudaEventRecord");
-    check_cuda(cudaStreamWaitEvent(comm_stream, order, 0), "cudaStreamWaitEvent");
-    nonblocking(ncclAllReduce(raw_buf, raw_buf, 2, ncclFloat32, ncclSum, raw, comm_stream),
+    check_cuda(kTool, cudaEventRecord(order, s), "cudaEventRecord");
+    check_cuda(kTool, cudaStreamWaitEvent(comm_stream, order, 0), "cudaStreamWaitEvent");
+    nonblocking(kTool, ncclAllReduce(raw_buf, raw_buf, 2, ncclFloat32, ncclSum, raw, comm_stream),
                 "ncclAllReduce", raw);
-    check_cuda(cudaEventRecord(end, comm_stream), "cudaEventRecord");
-    check_cuda(cudaStreamWaitEvent(s, end, 0), "cudaStreamWaitEvent");
+    check_cuda(kTool, cudaEventRecord(end, comm_stream), "cudaEventRecord");
+    check_cuda(kTool, cudaStreamWaitEvent(s, end, 0), "cudaStreamWaitEvent");
   };
   // Loads NCCL's kernels into the context (CUDA loads modules lazily) before meshrt's cold ops,
   // so that those measure meshrt, not the first kernel launch of the process.
@@ -294,8 +235,8 @@ int run(int iterations) {
   world->all_reduce(view)->synchronize();
   sync();
   ncclResult_t state = ncclSuccess;
-  check_nccl(ncclCommGetAsyncError(raw, &state), "ncclCommGetAsyncError", raw);
-  check_nccl(state, "an ncclAllReduce (asynchronous error)", raw);
+  check_nccl(kTool, ncclCommGetAsyncError(raw, &state), "ncclCommGetAsyncError", raw);
+  check_nccl(kTool, state, "an ncclAllReduce (asynchronous error)", raw);
   const bool raw_ok = holds_input(raw_buf, input, "raw");
   const bool ok = holds_input(mesh_buf, input, "meshrt") && raw_ok;
 
@@ -326,8 +267,8 @@ int run(int iterations) {
   cudaEventDestroy(order);
   cudaEventDestroy(end);
   cudaStreamDestroy(comm_stream);
-  nonblocking(ncclCommFinalize(raw), "ncclCommFinalize", raw);
-  check_nccl(ncclCommDestroy(raw), "ncclCommDestroy", nullptr);
+  nonblocking(kTool, ncclCommFinalize(raw), "ncclCommFinalize", raw);
+  check_nccl(kTool, ncclCommDestroy(raw), "ncclCommDestroy", nullptr);
   return ok ? 0 : 1;
 }
 
@@ -341,16 +282,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: nccl_bench [iterations, >= %d]\n", kRounds);
     return 2;
   }
-  // A wedged device or driver must not hold the unattended run: exit with timeout's status.
-  signal(SIGALRM, [](int) {
-    static const char kMsg[] = "nccl_bench: still running after the deadline; giving up\n";
-    (void)!write(2, kMsg, sizeof(kMsg) - 1);
-    _exit(124);
-  });
-  alarm(kDeadlineSeconds);
+  meshrt::bench::arm_deadline(kTool, kDeadlineSeconds);
   try {
     return run(iterations);
   } catch (const std::exception& e) {
-    fail(e.what());
+    meshrt::bench::fail(kTool, e.what());
   }
 }

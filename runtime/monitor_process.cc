@@ -50,9 +50,11 @@ std::string find_monitor_binary() {
 std::unique_ptr<MonitorProcess> MonitorProcess::start(const MonitorProcessOptions& o) {
   const std::string binary = find_monitor_binary();
   if (binary.empty()) {
-    log().info(
-        "no meshrt-monitor next to libmeshrt (or MESHRT_MONITOR_BIN): this job, which has no "
-        "launcher, gets no live stall verdict");
+    // A warning: under mpirun or srun nothing else would tell that the live verdict is missing.
+    log().warn(
+        "no meshrt-monitor next to libmeshrt, in ../bin or ../../bin from it, nor an executable "
+        "MESHRT_MONITOR_BIN: this job, which has no launcher, gets no live stall verdict (install "
+        "meshrt-monitor with libmeshrt, or set MESHRT_MONITOR_BIN=<path>)");
     return nullptr;
   }
   // Snapshots of stalls go beside the flight-recorder dumps.
@@ -89,11 +91,20 @@ std::unique_ptr<MonitorProcess> MonitorProcess::start(const MonitorProcessOption
   argv.push_back(nullptr);
   for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
+  // The child reports a failed exec through this pipe; a successful exec closes it (CLOEXEC).
+  int exec_status[2];
+  if (::pipe2(exec_status, O_CLOEXEC) != 0) {
+    log().warn("cannot start meshrt-monitor: pipe2 failed ({}); no live stall verdict",
+               std::strerror(errno));
+    return nullptr;
+  }
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
     log().warn("cannot start meshrt-monitor: fork failed ({}); no live stall verdict",
                std::strerror(errno));
+    ::close(exec_status[0]);
+    ::close(exec_status[1]);
     return nullptr;
   }
   if (pid == 0) {
@@ -102,9 +113,28 @@ std::unique_ptr<MonitorProcess> MonitorProcess::start(const MonitorProcessOption
     const int null = ::open("/dev/null", O_RDONLY);
     if (null >= 0) ::dup2(null, STDIN_FILENO);
     // None of rank 0's sockets (the store's listener, its peers' connections) may outlive it here.
-    ::syscall(SYS_close_range, 3u, ~0u, 0u);
+    if (exec_status[1] != 3) {
+      ::dup2(exec_status[1], 3);
+      ::fcntl(3, F_SETFD, FD_CLOEXEC);
+    }
+    ::syscall(SYS_close_range, 4u, ~0u, 0u);
     ::execve(argv[0], argv.data(), envp.data());
+    const int error = errno;
+    (void)!::write(3, &error, sizeof(error));
     ::_exit(127);
+  }
+  ::close(exec_status[1]);
+  int exec_error = 0;
+  ssize_t got;
+  do {
+    got = ::read(exec_status[0], &exec_error, sizeof(exec_error));
+  } while (got < 0 && errno == EINTR);
+  ::close(exec_status[0]);
+  if (got == sizeof(exec_error)) {
+    ::waitpid(pid, nullptr, 0);
+    log().warn("cannot start meshrt-monitor {}: {}; this job gets no live stall verdict", binary,
+               std::strerror(exec_error));
+    return nullptr;
   }
   log().info("started meshrt-monitor (pid {}) for the live stall verdict of this job", pid);
   return std::make_unique<MonitorProcess>(pid);

@@ -2,7 +2,9 @@
 # Installs meshrt into a temporary root, then builds and runs a program outside the tree against
 # it twice: with `pkg-config --cflags --libs meshrt` and with CMake's find_package(meshrt). The
 # consumer includes only <meshrt/meshrt.h>: no Gloo, spdlog, fmt, Boost or JSON header may come
-# with it, and no header the install tree lacks.
+# with it, and no header the install tree lacks. Nothing runs with LD_LIBRARY_PATH: the installed
+# binaries and libraries carry an $ORIGIN-relative RUNPATH, so a staged install in any prefix runs
+# as it lies (meshrun, meshtrace, meshrt-monitor, and a 2-rank job under the installed meshrun).
 # Usage: install_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build=$(realpath "$1")
@@ -36,11 +38,29 @@ if grep -Eo "$src/[^ ]*" "$tmp/deps" | grep -v "^$src/tests/install/"; then
   echo "the consumer compiled against a source-tree header (above)" >&2
   exit 1
 fi
-g++ -std=c++20 "$src/tests/install/consumer.cc" -o "$tmp/consumer_pc" $flags
-LD_LIBRARY_PATH="$libdir" "$tmp/consumer_pc"
+# The consumer names the install's lib dir in its own RUNPATH, as a user of a non-default prefix
+# does; libmeshrt must find its own dependencies from there (no LD_LIBRARY_PATH anywhere below).
+g++ -std=c++20 "$src/tests/install/consumer.cc" -o "$tmp/consumer_pc" $flags -Wl,-rpath,"$libdir"
+env -u LD_LIBRARY_PATH "$tmp/consumer_pc"
+
+echo "--- the installed tools run from the staged tree"
+for tool in meshrun meshtrace meshrt-monitor; do
+  env -u LD_LIBRARY_PATH "$root/bin/$tool" --help >/dev/null
+done
+# A whole job: the installed meshrun starts two ranks of the consumer (each a 1-rank Gloo world
+# and in-process worlds), which must find libmeshrt and the installed meshrt-monitor.
+env -u LD_LIBRARY_PATH MASTER_ADDR=127.0.0.1 timeout 120 "$root/bin/meshrun" --standalone \
+  --nproc-per-node 2 --log-dir "$tmp/job" "$tmp/consumer_pc" >"$tmp/job.out" 2>&1 ||
+  { cat "$tmp/job.out"; exit 1; }
+test "$(cat "$tmp"/job/attempt_0/rank_*.log | grep -c 'consumer ok')" -eq 2 ||
+  { cat "$tmp/job.out" "$tmp"/job/attempt_0/rank_*.log; exit 1; }
+if grep -q 'no meshrt-monitor' "$tmp/job.out" "$tmp"/job/attempt_0/rank_*.log; then
+  echo "the installed meshrt-monitor was not found" >&2
+  exit 1
+fi
 
 echo "--- cmake find_package"
 cmake -S "$src/tests/install" -B "$tmp/cmake" -DCMAKE_PREFIX_PATH="$root" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$tmp/cmake" >/dev/null
-LD_LIBRARY_PATH="$libdir" "$tmp/cmake/consumer"
+env -u LD_LIBRARY_PATH "$tmp/cmake/consumer"
 echo "install test passed"

@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <mutex>
 #include <thread>
@@ -14,6 +16,7 @@
 #include "meshrt_config.h"
 #include "runtime/backends/gloo/gloo_signature.h"
 #include "runtime/fatal_signal.h"
+#include "runtime/monitor_process.h"
 #include "runtime/validation.h"
 #include "trace/bandwidth.h"
 #include "trace/env.h"
@@ -832,6 +835,31 @@ TEST(FatalSignal, ThreadsGetTheirOwnSignalStack) {
   }).join();
   EXPECT_EQ(seen.ss_flags & SS_DISABLE, 0);
   EXPECT_GE(seen.ss_size, size_t{256} * 1024);
+}
+
+}  // namespace
+}  // namespace meshrt
+
+namespace meshrt {
+namespace {
+
+// A monitor that cannot start (no binary, or one the kernel will not run) is reported, and no
+// MonitorProcess stands for a child that never ran: under mpirun nothing else would say that the
+// live verdict is missing.
+TEST(MonitorProcess, ABinaryThatCannotRunIsReportedNotStarted) {
+  const std::string bogus =
+      (std::filesystem::temp_directory_path() / fmt::format("meshrt_bogus_monitor_{}", ::getpid()))
+          .string();
+  { std::ofstream(bogus) << "not an executable format\n"; }
+  std::filesystem::permissions(bogus, std::filesystem::perms::owner_all);
+  ::setenv("MESHRT_MONITOR_BIN", bogus.c_str(), 1);
+  EXPECT_EQ(find_monitor_binary(), bogus);
+  EXPECT_EQ(MonitorProcess::start({"127.0.0.1", 1, "", "run", 0, 2}), nullptr);
+  ::setenv("MESHRT_MONITOR_BIN", "/nonexistent/meshrt-monitor", 1);
+  EXPECT_EQ(find_monitor_binary(), "");
+  EXPECT_EQ(MonitorProcess::start({"127.0.0.1", 1, "", "run", 0, 2}), nullptr);
+  ::unsetenv("MESHRT_MONITOR_BIN");
+  std::filesystem::remove(bogus);
 }
 
 }  // namespace

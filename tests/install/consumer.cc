@@ -1,10 +1,12 @@
 // A program outside the tree, built against an installed meshrt with only <prefix>/include on its
-// include path: in-process all_reduce and a 2x2 DeviceMesh on 4 ranks, then a 1-rank Gloo world.
+// include path: in-process all_reduce and a 2x2 DeviceMesh on 4 ranks, then a Gloo world (one rank
+// alone, or the ranks meshrun started).
 // Prints "consumer ok" and exits 0 when the results are right.
 #include <meshrt/meshrt.h>
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 
 int main() {
   std::atomic<int> wrong = 0;
@@ -22,10 +24,11 @@ int main() {
   o.rank = 0;
   o.world_size = 1;
   o.master_addr = "127.0.0.1";
-  auto world = meshrt::init(o);
-  std::vector<float> y{1.0f, 2.0f};
+  // Alone, a world of one; under meshrun, the world its variables describe.
+  auto world = std::getenv("RANK") == nullptr ? meshrt::init(o) : meshrt::init();
+  std::vector<float> y{1.0f, 2.0f + static_cast<float>(world->rank())};
   world->all_reduce(meshrt::view(y), meshrt::ReduceOp::kMax)->wait();
-  wrong += y[1] != 2.0f;
+  wrong += y[1] != 1.0f + static_cast<float>(world->size());
   std::printf(wrong == 0 ? "consumer ok\n" : "consumer WRONG\n");
   return wrong == 0 ? 0 : 1;
 }
