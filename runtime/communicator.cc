@@ -10,15 +10,14 @@
 
 #include "runtime/backend_factory.h"
 #include "runtime/debug_stats.h"
+#include "runtime/environment.h"
 #include "runtime/error.h"
 #include "runtime/fatal_signal.h"
 #include "runtime/nan_check.h"
 #include "runtime/validation.h"
 #include "runtime/watchdog.h"
-#include "trace/env.h"
 #include "trace/flight_recorder.h"
 #include "trace/logging.h"
-#include "trace/sinks_from_env.h"
 #include "trace/tracer.h"
 
 namespace meshrt {
@@ -57,19 +56,6 @@ WorkPath work_path(ExecutionModel model) {
       return WorkPath::kLaunchedOnStream;
   }
   return WorkPath::kQueued;
-}
-
-// Reads meshrt's variables (sinks, watchdog, debug statistics) before the first communicator
-// exists, so a malformed one fails its creation naming the variable instead of being ignored.
-void apply_environment(const trace::CommInfo& info) {
-  try {
-    trace::FlightRecorder::instance();
-    trace::install_sinks_from_env();
-    Watchdog::instance();
-    debug_tensor_stats_enabled();
-  } catch (const trace::env::EnvError& e) {
-    throw Error(ErrorCode::kInvalidArgument, {info.global_rank, info.name, "init", -1}, e.what());
-  }
 }
 
 }  // namespace
@@ -134,7 +120,7 @@ Communicator::Communicator(trace::CommInfo info, std::unique_ptr<Backend> backen
       resources_(std::move(resources)),
       job_(std::move(job)),
       driver_(std::make_shared<Driver>(this)) {
-  apply_environment(info);
+  apply_environment(info.global_rank, info.name);
   info.uid = next_comm_uid.fetch_add(1);
   info.backend = std::string(backend_->name());
   if (info.description.empty()) info.description = info.name;

@@ -18,6 +18,7 @@
 #if MESHRT_HAVE_MPI
 #include "runtime/backends/mpi/mpi_world.h"
 #endif
+#include "runtime/environment.h"
 #include "runtime/error.h"
 #include "runtime/error_file.h"
 #include "runtime/fatal_signal.h"
@@ -265,6 +266,11 @@ InitOptions init_options_from_env() {
   try {
     return read_init_options();
   } catch (const trace::env::EnvError& e) {
+    // The launcher's variables need the list of what is read from where; meshrt's own do not.
+    if (std::string_view(e.what()).starts_with("MESHRT_")) {
+      throw Error(ErrorCode::kInvalidArgument, {-1, "", "init", -1},
+                  fmt::format("{} (fix the value or unset the variable)", e.what()));
+    }
     fail_env(e.what());
   }
 }
@@ -272,6 +278,8 @@ InitOptions init_options_from_env() {
 std::shared_ptr<Communicator> init(const InitOptions& o) {
   // Under meshrun or torchrun, an uncaught exception then reaches the launcher's summary.
   install_error_file_handler_from_env();
+  // Before anything reads a variable on a path that cannot report it (the watchdog's threads).
+  apply_environment(o.rank, "world");
   install_fatal_signal_dump(o.rank);
   if (o.world_size < 1 || o.rank < 0 || o.rank >= o.world_size) {
     throw Error(ErrorCode::kInvalidArgument, {o.rank, "", "init", -1},

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -10,6 +11,8 @@
 #include <fstream>
 #include <limits>
 #include <mutex>
+#include <regex>
+#include <set>
 #include <thread>
 
 #include "mesh/meshrt.h"
@@ -860,6 +863,66 @@ TEST(MonitorProcess, ABinaryThatCannotRunIsReportedNotStarted) {
   EXPECT_EQ(MonitorProcess::start({"127.0.0.1", 1, "", "run", 0, 2}), nullptr);
   ::unsetenv("MESHRT_MONITOR_BIN");
   std::filesystem::remove(bogus);
+}
+
+}  // namespace
+}  // namespace meshrt
+
+namespace meshrt {
+namespace {
+
+// The environment as meshrt reads it: every variable it reads is known (and documented), and a
+// typo is pointed at the variable meant.
+TEST(Environment, KnownVariablesAreTheOnesReadAndDocumented) {
+  const auto& known = trace::env::known_variables();
+  const std::set<std::string> listed(known.begin(), known.end());
+  EXPECT_EQ(listed.size(), known.size()) << "a name is listed twice";
+  // docs/architecture.md's table names each variable in backquotes.
+  std::ifstream doc(std::string(MESHRT_SOURCE_ROOT) + "/docs/architecture.md");
+  const std::string text((std::istreambuf_iterator<char>(doc)), {});
+  std::set<std::string> documented;
+  const std::regex name("`(MESHRT_[A-Z0-9_]+)`");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), name); it != std::sregex_iterator();
+       ++it) {
+    documented.insert((*it)[1]);
+  }
+  EXPECT_EQ(listed, documented) << "trace/env.cc's list and docs/architecture.md differ";
+  EXPECT_EQ(trace::env::closest_known_variable("MESHRT_ON_TIMOUT"), "MESHRT_ON_TIMEOUT");
+  EXPECT_EQ(trace::env::closest_known_variable("MESHRT_DUMP_PREFX"), "MESHRT_DUMP_PREFIX");
+}
+
+// Runs collectives_demo as rank 0 of 1 with `var` added to the environment; its exit status and
+// what it printed.
+std::pair<int, std::string> demo_with(const std::string& var) {
+  const std::string command = fmt::format(
+      "env {} RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=0 timeout 60 {} 2>&1", var,
+      MESHRT_COLLECTIVES_DEMO);
+  FILE* p = ::popen(command.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), p)) > 0;) out.append(buf, n);
+  const int status = ::pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+TEST(Environment, BadValuesAreClearErrorsAndTyposAreNamed) {
+  for (const auto& [var, expected] :
+       {std::pair{"MESHRT_ON_TIMEOUT=abrot",
+                  "meshrt [invalid_argument] rank 0, comm 'world', init: "
+                  "MESHRT_ON_TIMEOUT='abrot': expected one of abort, throw, continue"},
+        std::pair{"MESHRT_DUMP_FORMAT=pkl", "MESHRT_DUMP_FORMAT='pkl': expected one of json"},
+        std::pair{"MESHRT_TIMEOUT_MS=ten", "MESHRT_TIMEOUT_MS='ten'"}}) {
+    const auto [status, out] = demo_with(var);
+    EXPECT_EQ(status, 1) << var << "\n" << out;
+    EXPECT_NE(out.find(expected), std::string::npos) << var << "\n" << out;
+    EXPECT_EQ(out.find("terminate called"), std::string::npos) << out;
+    EXPECT_EQ(out.find("Needed: RANK"), std::string::npos) << out;
+  }
+  const auto [status, out] = demo_with("MESHRT_ON_TIMOUT=abort");
+  EXPECT_NE(out.find("MESHRT_ON_TIMOUT is not a variable meshrt reads (ignored); did you mean "
+                     "MESHRT_ON_TIMEOUT?"),
+            std::string::npos)
+      << out;
 }
 
 }  // namespace

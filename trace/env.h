@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace meshrt::trace::env {
 
@@ -43,5 +44,13 @@ std::optional<std::chrono::milliseconds> get_ms(Names names, int64_t min_ms = 0)
 bool get_flag(Names names, bool fallback = false);
 // One of `choices`; throws EnvError naming them otherwise.
 std::optional<std::string> get_choice(Names names, std::initializer_list<std::string_view> choices);
+
+// Every MESHRT_* variable meshrt reads; docs/architecture.md lists each with where it is read.
+const std::vector<std::string_view>& known_variables();
+// The known variable nearest to `name` (fewest single-character edits).
+std::string_view closest_known_variable(std::string_view name);
+// Warns once per process about each MESHRT_* variable set in the environment that meshrt does not
+// read (a typo's setting is silently lost otherwise), naming the closest known one.
+void warn_unknown_variables();
 
 }  // namespace meshrt::trace::env
