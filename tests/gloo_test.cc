@@ -182,6 +182,17 @@ TEST(Gloo, SizeMismatchesFailTheReceiverAndKillNobody) {
       << results[1].output;
 }
 
+// A timeout in a sub-communicator names the missing peer by its global rank, as the user knows it,
+// and its rank in the group.
+TEST(Gloo, SubgroupTimeoutNamesThePeerByGlobalAndGroupRank) {
+  const auto results = run_ranks({MESHRT_GLOO_WORKER, "subgroup_timeout"}, 4,
+                                 std::chrono::seconds(60), {{"MESHRT_ON_TIMEOUT", "throw"}});
+  EXPECT_EQ(results[2].exit_code, 3) << describe(results);
+  EXPECT_NE(results[2].output.find("timed out waiting for rank 3 (group rank 1)"),
+            std::string::npos)
+      << results[2].output;
+}
+
 // Ranks passing different counts or dtypes to one collective: Gloo would abort the receiver from
 // its own thread, with no dump. Every rank must fail instead, naming both signatures.
 class GlooCollectiveMismatch : public ::testing::Test {

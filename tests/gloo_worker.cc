@@ -166,6 +166,26 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "FAIL rank %d: mismatched all_reduce succeeded\n", world->rank());
       return 1;
     }
+    if (scenario == "subgroup_timeout") {
+      // A 2x2 dp x tp mesh; rank 3 skips a tp all_reduce, so rank 2 (tp group {2, 3}) times out
+      // through shared memory: its error must name the peer by global and group rank.
+      auto mesh = meshrt::init_device_mesh({2, 2}, {"dp", "tp"});
+      if (world->rank() < 2) return 0;
+      if (world->rank() == 3) {
+        std::this_thread::sleep_for(std::chrono::seconds(3));
+        return 0;
+      }
+      std::vector<float> x(8, 1.0f);
+      try {
+        mesh->comm("tp")
+            .all_reduce(meshrt::view(x), meshrt::ReduceOp::kSum, {std::chrono::milliseconds(1000)})
+            ->wait();
+      } catch (const meshrt::Error& e) {
+        std::fprintf(stderr, "EXPECTED %s\n", e.what());
+        return 3;
+      }
+      return 1;
+    }
     std::fprintf(stderr, "unknown scenario %s\n", scenario.c_str());
     return 2;
   } catch (const std::exception& e) {

@@ -182,6 +182,9 @@ class GlooBackend : public Backend {
         shm_(make_shm_group(context_, store_key, shm_slot_bytes, timeout)) {}
 
   std::string_view name() const override { return "gloo"; }
+  void set_comm_info(std::shared_ptr<const trace::CommInfo> info) override {
+    if (shm_ && info) shm_->set_global_ranks(info->global_ranks);
+  }
   std::string version() const override {
     return fmt::format("gloo {}.{}.{}", GLOO_VERSION_MAJOR, GLOO_VERSION_MINOR, GLOO_VERSION_PATCH);
   }

@@ -334,11 +334,18 @@ void ShmGroup::exchange(const ShmStamp& stamp, Clock::time_point deadline) {
       hold_until(deadline, q);
       throw Error(
           ErrorCode::kTimeout, {},
-          fmt::format("gloo shared memory: rank {} is in collective #{} (tag {:#x}) where this "
+          fmt::format("gloo shared memory: {} is in collective #{} (tag {:#x}) where this "
                       "rank is in #{} (tag {:#x})",
-                      q, theirs.collective_seq, theirs.tag, stamp.collective_seq, stamp.tag));
+                      peer(q), theirs.collective_seq, theirs.tag, stamp.collective_seq, stamp.tag));
     }
   }
+}
+
+std::string ShmGroup::peer(int q) const {
+  if (q >= static_cast<int>(global_ranks_.size()) || global_ranks_[q] == q) {
+    return fmt::format("rank {}", q);
+  }
+  return fmt::format("rank {} (group rank {})", global_ranks_[q], q);
 }
 
 void ShmGroup::hold_until(Clock::time_point deadline, int q) {
@@ -360,7 +367,7 @@ void ShmGroup::throw_if_aborted_or_exited(int q) const {
   throw_if_aborted();
   if (peer_exited(q)) {
     throw Error(ErrorCode::kPeerFailure, {},
-                fmt::format("gloo shared memory: rank {} (pid {}) exited", q, peer_pids_[q]));
+                fmt::format("gloo shared memory: {} (pid {}) exited", peer(q), peer_pids_[q]));
   }
 }
 
@@ -389,7 +396,7 @@ void ShmGroup::wait_for(int q, uint32_t e, Clock::time_point deadline) {
     const auto now = Clock::now();
     if (now >= deadline) {
       throw Error(ErrorCode::kTimeout, {},
-                  fmt::format("gloo shared memory: timed out waiting for rank {}", q));
+                  fmt::format("gloo shared memory: timed out waiting for {}", peer(q)));
     }
     c.waiters.fetch_add(1);
     const uint32_t seen = c.published.load();

@@ -61,6 +61,9 @@ class ShmGroup {
   const char* slot(int q) const;
   // Makes an exchange in progress (and every later one) throw Error(kAborted). Any thread.
   void abort() noexcept;
+  // The members' global ranks, by group rank: errors then name a peer by both ("rank 3 (group
+  // rank 1)"). Set once, before the first exchange.
+  void set_global_ranks(std::vector<int> global_ranks) { global_ranks_ = std::move(global_ranks); }
 
  private:
   struct Control;
@@ -71,6 +74,8 @@ class ShmGroup {
   // The whole segment: each rank's Control and two sets of slots.
   static size_t segment_bytes(int size, size_t slot_bytes);
 
+  // Peer q as errors name it: its global rank, and its group rank where that differs.
+  std::string peer(int q) const;
   Control& control(int q) const;
   SlotHeader& header(uint32_t exchange, int q) const;
   void wait_for(int q, uint32_t exchange, std::chrono::steady_clock::time_point deadline);
@@ -90,8 +95,9 @@ class ShmGroup {
   uint32_t spins_skipped_ = 0;     // Waits left that skip the spin.
   uint32_t exchanges_ = 0;         // Exchanges done: the next one is exchanges_ + 1.
   std::atomic<bool> aborted_{false};
-  std::vector<int> peer_pidfds_;  // Per rank: a pidfd, or -1 (this process, or none).
-  std::vector<int> peer_pids_;    // Per rank: its pid.
+  std::vector<int> peer_pidfds_;   // Per rank: a pidfd, or -1 (this process, or none).
+  std::vector<int> peer_pids_;     // Per rank: its pid.
+  std::vector<int> global_ranks_;  // Empty: group ranks are global ranks.
 };
 
 }  // namespace meshrt
