@@ -891,12 +891,13 @@ TEST(Environment, KnownVariablesAreTheOnesReadAndDocumented) {
   EXPECT_EQ(trace::env::closest_known_variable("MESHRT_DUMP_PREFX"), "MESHRT_DUMP_PREFIX");
 }
 
-// Runs collectives_demo as rank 0 of 1 with `var` added to the environment; its exit status and
-// what it printed.
-std::pair<int, std::string> demo_with(const std::string& var) {
+// Runs `program` as rank 0 of 1 with `var` added to the environment; its exit status and what it
+// printed.
+std::pair<int, std::string> demo_with(const std::string& var,
+                                      const std::string& program = MESHRT_COLLECTIVES_DEMO) {
   const std::string command = fmt::format(
       "env {} RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=0 timeout 60 {} 2>&1", var,
-      MESHRT_COLLECTIVES_DEMO);
+      program);
   FILE* p = ::popen(command.c_str(), "r");
   std::string out;
   char buf[4096];
@@ -923,6 +924,19 @@ TEST(Environment, BadValuesAreClearErrorsAndTyposAreNamed) {
                      "MESHRT_ON_TIMEOUT?"),
             std::string::npos)
       << out;
+}
+
+// MESHRT_COMMS_LOG=1 alone prints each rank's summary by mesh dim at exit.
+TEST(Environment, CommsLogAlonePrintsTheSummaryAtExit) {
+  const auto [status, out] =
+      demo_with("MESHRT_COMMS_LOG=1", std::string(MESHRT_MESH_DEMO) + " --mesh 1 --names dp");
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("meshrt comm summary, rank 0 (MESHRT_COMMS_LOG=1):"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("\ndp         all_reduce"), std::string::npos) << out;
+  const auto [quiet_status, quiet] =
+      demo_with("MESHRT_LOG_LEVEL=warn", std::string(MESHRT_MESH_DEMO) + " --mesh 1 --names dp");
+  EXPECT_EQ(quiet.find("meshrt comm summary"), std::string::npos) << quiet;
 }
 
 }  // namespace

@@ -44,8 +44,9 @@ std::string with_unit(double value, double step, std::span<const char* const> un
 
 void write_at_exit() {
   CommLogger& logger = CommLogger::instance();
-  const std::string path = logger.options().summary_path;
-  if (!path.empty()) logger.write_summaries(path);
+  const CommLoggerOptions options = logger.options();
+  if (!options.summary_path.empty()) logger.write_summaries(options.summary_path);
+  if (options.print_at_exit) logger.print_unasked_tables();
 }
 
 }  // namespace
@@ -73,7 +74,7 @@ void CommLogger::configure(CommLoggerOptions options) {
     std::lock_guard lock(mu_);
     was_enabled = options_.enabled;
     options_ = std::move(options);
-    wants_exit_writer = !options_.summary_path.empty();
+    wants_exit_writer = !options_.summary_path.empty() || options_.print_at_exit;
   }
   keep_registered_while_enabled(instance(), was_enabled, options_.enabled);
   if (wants_exit_writer) run_at_exit_once(write_at_exit);
@@ -193,7 +194,24 @@ std::vector<int> CommLogger::ranks() const {
   return {ranks.begin(), ranks.end()};
 }
 
+void CommLogger::print_unasked_tables() const {
+  for (int rank : ranks()) {
+    {
+      std::lock_guard lock(mu_);
+      if (tables_asked_.contains(rank)) continue;
+    }
+    const std::string table = summary_table(rank);
+    std::fprintf(stderr, "meshrt comm summary, rank %d (MESHRT_COMMS_LOG=1):\n%s", rank,
+                 table.c_str());
+  }
+  std::fflush(stderr);
+}
+
 std::string CommLogger::summary_table(int global_rank) const {
+  {
+    std::lock_guard lock(mu_);
+    tables_asked_.insert(global_rank);
+  }
   const auto rows = summary(global_rank);
   size_t dim_width = 10;  // Names of communicators outside a mesh can be long.
   for (const auto& r : rows) dim_width = std::max(dim_width, r.mesh_dim.size());

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -23,6 +24,9 @@ struct CommLoggerOptions {
   bool verbose = false;          // One line per completed op on stderr.
   std::vector<std::string> ops;  // Only these ops ("all_reduce", ...); empty = every op.
   std::string summary_path;      // Written at exit per rank; "{rank}" becomes the global rank.
+  // MESHRT_COMMS_LOG=1: each rank's summary table goes to stderr at exit, unless the program
+  // asked for it (summary_table()) already.
+  bool print_at_exit = false;
 };
 
 // One row of the summary: ops of one rank on one mesh dim (or communicator), of one kind, in one
@@ -71,6 +75,8 @@ class CommLogger : public Sink {
   // The summary as an aligned text table (mean sizes and bandwidths in adaptive units; setup rows
   // in a section of their own), and as one JSON object {"rank", "rows": [...]}.
   std::string summary_table(int global_rank) const;
+  // Prints the summary table of every rank whose table nobody asked for yet to stderr.
+  void print_unasked_tables() const;
   std::string summary_json(int global_rank) const;
   // Writes each rank's JSON summary to `path_pattern` with "{rank}" replaced, atomically (temp
   // file + rename). Returns the paths written.
@@ -100,6 +106,7 @@ class CommLogger : public Sink {
   bool selected(std::string_view op) const;
 
   mutable std::mutex mu_;
+  mutable std::set<int> tables_asked_;  // Ranks whose summary_table() was called (under mu_).
   CommLoggerOptions options_;
   bool active_ = true;
   std::map<Key, Row> rows_;

@@ -25,7 +25,8 @@ std::vector<std::string> split_list(const std::string& text) {
 CommLoggerOptions comm_logger_options() {
   CommLoggerOptions o;
   o.summary_path = env::get({"MESHRT_COMMS_SUMMARY"}).value_or("");
-  o.enabled = env::get_flag({"MESHRT_COMMS_LOG"}) || !o.summary_path.empty();
+  o.print_at_exit = env::get_flag({"MESHRT_COMMS_LOG"});
+  o.enabled = o.print_at_exit || !o.summary_path.empty();
   o.verbose = env::get_flag({"MESHRT_COMMS_LOG_VERBOSE"});
   if (auto ops = env::get({"MESHRT_COMMS_LOG_OPS"})) o.ops = split_list(*ops);
   return o;
