@@ -210,15 +210,27 @@ int Agent::run() {
         run_dir_);
   }
   const int status = run_job();
-  if (options_.log_dir.empty()) {
-    // A run directory of our own that holds nothing (no dump, no summary) goes away.
-    std::error_code ignored;
-    for (const auto& entry : std::filesystem::directory_iterator(run_dir_, ignored)) {
-      std::filesystem::remove(entry.path(), ignored);  // Only empty attempt directories.
-    }
-    std::filesystem::remove(run_dir_, ignored);
-  }
+  if (options_.log_dir.empty()) remove_plumbing(run_dir_);
   return status;
+}
+
+void Agent::remove_plumbing(const std::string& dir) {
+  // Our own run directory keeps what a person reads (rank logs, dumps, the summary): the dump
+  // FIFOs and the status page's address go, then every directory left empty, the run's too.
+  namespace fs = std::filesystem;
+  std::error_code ignored;
+  std::vector<fs::path> dirs{dir};
+  for (auto it = fs::recursive_directory_iterator(dir, ignored);
+       it != fs::recursive_directory_iterator(); it.increment(ignored)) {
+    const fs::path& path = it->path();
+    if (it->is_directory(ignored)) {
+      dirs.push_back(path);
+    } else if (it->is_fifo(ignored) || path.filename() == "status_url") {
+      fs::remove(path, ignored);
+    }
+  }
+  // Deepest first: a parent is empty only once its children are gone.
+  for (auto d = dirs.rbegin(); d != dirs.rend(); ++d) fs::remove(*d, ignored);  // Empty only.
 }
 
 int Agent::run_job() {
@@ -254,11 +266,13 @@ int Agent::run_job() {
       if (outcome.success()) break;
       if (outcome.failure && outcome.failure->interrupt_signal != 0) break;
       if (attempt >= options_.max_restarts) break;
-      say("attempt {} failed: {}; restarting (attempt {} of at most {})", attempt,
+      say("attempt {} failed: {}; restarting as attempt {} (--max-restarts {}; attempts count from "
+          "0, as attempt_<n>/)",
+          attempt,
           outcome.failure                ? describe(*outcome.failure)
           : outcome.silent_nodes.empty() ? "stopped on request (" + outcome.stop_reason + ")"
                                          : std::string("nodes did not report"),
-          attempt + 2, options_.max_restarts + 1);
+          attempt + 1, options_.max_restarts);
     }
   } catch (const Error& e) {
     // The store or the rendezvous failed: this node cannot go on (its ranks are gone already).

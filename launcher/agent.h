@@ -34,6 +34,9 @@ class Agent {
   int run();
 
  private:
+  // Removes what only the running job needed from `dir` (FIFOs, the status URL file) and the
+  // directories left empty; what a person reads stays.
+  static void remove_plumbing(const std::string& dir);
   // Everything after the run directory exists: rendezvous, attempts, report.
   int run_job();
   AttemptOutcome run_attempt(int attempt);

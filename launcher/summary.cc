@@ -31,8 +31,9 @@ std::string indent(const std::string& text, const std::string& pad) {
 
 std::string format_summary(const SummaryInput& in) {
   const AttemptOutcome& o = in.outcome;
-  std::string s = fmt::format("meshrun: job failed (run '{}', attempt {} of at most {})\n",
-                              in.run_id, o.attempt + 1, in.max_restarts + 1);
+  // Attempts count from 0 everywhere: attempt_<n>/, MESHRT_RESTART_COUNT, the restart lines.
+  std::string s = fmt::format("meshrun: job failed (run '{}', attempt {}, --max-restarts {})\n",
+                              in.run_id, o.attempt, in.max_restarts);
   if (o.failure) {
     s += fmt::format("first failure: {}\n", describe(*o.failure));
   } else if (!o.silent_nodes.empty()) {

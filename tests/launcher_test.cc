@@ -525,7 +525,9 @@ TEST(Meshrun, RestartsWithTheSameRunIdUntilAnAttemptSucceeds) {
                   60s, kInitEnv);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_TRUE(contains(r.err, "meshrun: attempt 0 failed: rank ")) << r.err;
-  EXPECT_TRUE(contains(r.err, "restarting (attempt 3 of at most 3)")) << r.err;
+  EXPECT_TRUE(contains(r.err, "; restarting as attempt 1 (--max-restarts 2;")) << r.err;
+  EXPECT_TRUE(contains(r.err, "meshrun: attempt 1 failed: rank ")) << r.err;
+  EXPECT_TRUE(contains(r.err, "; restarting as attempt 2 (--max-restarts 2;")) << r.err;
   for (int attempt = 0; attempt < 3; ++attempt) {
     const size_t lines = count(r.out, fmt::format("MESHRT_RUN_ID=again TORCHELASTIC_RUN_ID=again "
                                                   "MESHRT_RESTART_COUNT={0} "
@@ -538,6 +540,21 @@ TEST(Meshrun, RestartsWithTheSameRunIdUntilAnAttemptSucceeds) {
   EXPECT_TRUE(contains(r.out, "[rank1]: world ok rank=1 size=2 sum=3\n")) << r.out;
 }
 
+// Without --log-dir and with nothing for a person to read (no rank log, no dump, no summary), a
+// successful job leaves no /tmp/meshrun-<id>-* directory behind: its dump FIFOs and status file
+// go with it.
+TEST(Meshrun, SuccessfulJobLeavesNoRunDirectory) {
+  const std::string id = fmt::format("clean{}", ::getpid());
+  const auto r = run_meshrun(
+      {"--standalone", "--rdzv-id", id, "--nproc-per-node", "2", MESHRT_LAUNCHER_CHILD, "world"},
+      60s, kInitEnv);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (const auto& entry : fs::directory_iterator("/tmp")) {
+    EXPECT_NE(entry.path().filename().string().rfind("meshrun-" + id + "-", 0), 0u)
+        << entry.path() << " was left behind";
+  }
+}
+
 TEST(Meshrun, GivesUpAfterMaxRestarts) {
   const auto r = run_meshrun({"--standalone", "--nproc-per-node", "2", "--max-restarts", "1",
                               MESHRT_LAUNCHER_CHILD, "exit-below-attempt=5"},
@@ -545,7 +562,7 @@ TEST(Meshrun, GivesUpAfterMaxRestarts) {
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_EQ(count(r.err, "restarting"), 1u) << r.err;
   EXPECT_TRUE(contains(r.err, "job failed (run '")) << r.err;
-  EXPECT_TRUE(contains(r.err, "', attempt 2 of at most 2)")) << r.err;
+  EXPECT_TRUE(contains(r.err, "', attempt 1, --max-restarts 1)")) << r.err;
 }
 
 TEST(Meshrun, BadFlagsAreOneLineAndExitStatusTwo) {
