@@ -262,6 +262,49 @@ struct WorldResources {
 
 }  // namespace
 
+namespace {
+
+// Every rank announces itself in the store, then waits for the others: a rank that is missing (a
+// WORLD_SIZE too large, a rank that never started or died early) is named within seconds, and
+// again every 10 s, instead of in one store timeout minutes later. Throws Error(kTimeout) naming
+// them at the init timeout.
+void wait_for_every_rank(Store& store, const InitOptions& o) {
+  const std::string me = fmt::format("init/rank{}", o.rank);
+  store.set(me, std::span<const char>("1", 1));
+  store.add("init/arrived", 1);
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now(), deadline = start + o.init_timeout;
+  auto next_report = start + std::chrono::seconds(5);
+  auto pause = std::chrono::milliseconds(1);
+  for (;;) {
+    if (store.add("init/arrived", 0) >= o.world_size) return;
+    const auto now = Clock::now();
+    if (now >= next_report || now >= deadline) {
+      std::vector<int> missing;
+      for (int r = 0; r < o.world_size; ++r) {
+        const std::string key = fmt::format("init/rank{}", r);
+        if (!store.check(std::span<const std::string>(&key, 1))) missing.push_back(r);
+      }
+      const std::string status = fmt::format(
+          "{} of {} ranks arrived after {} s; missing: rank{} {} (the world size {} comes from {})",
+          o.world_size - static_cast<int>(missing.size()), o.world_size,
+          std::chrono::duration_cast<std::chrono::seconds>(now - start).count(),
+          missing.size() > 1 ? "s" : "", fmt::join(missing, ", "), o.world_size, o.source);
+      if (now >= deadline) {
+        throw Error(
+            ErrorCode::kTimeout, {o.rank, "world", "init", -1},
+            status + "; check that every rank was started and that the world size is right");
+      }
+      log().warn("waiting for every rank to join: {}", status);
+      next_report = now + std::chrono::seconds(10);
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(100));
+  }
+}
+
+}  // namespace
+
 InitOptions init_options_from_env() {
   try {
     return read_init_options();
@@ -390,6 +433,7 @@ std::shared_ptr<Communicator> init(const InitOptions& o) {
       spec.hostname = this_host_name();
     }
   }
+  wait_for_every_rank(*resources->store, o);
   auto backend = make_backend(o.backend, spec);
   auto job = std::make_shared<JobContext>(
       JobContext{resources->store, spec.hostname, spec.iface, spec.local_rank});

@@ -317,6 +317,23 @@ TEST(InitWithoutLauncher, RankZerosStoreTakesTheTokenAndRefusesAStranger) {
   EXPECT_FALSE(contains(results[0].output, std::string(64, 'b'))) << describe(results);
 }
 
+// WORLD_SIZE one too large: every rank says within seconds which rank is missing and where the
+// size came from, then init fails naming it, instead of one store timeout minutes later.
+TEST(InitWithoutLauncher, AMissingRankIsNamedWithinSecondsThenInitFails) {
+  auto env = kInitEnv;
+  env["WORLD_SIZE"] = "3";
+  env["MESHRT_INIT_TIMEOUT_MS"] = "7000";
+  const auto results = run_ranks({MESHRT_LAUNCHER_CHILD, "world"}, 2, 60s, env);
+  for (const auto& r : results) {
+    EXPECT_NE(r.exit_code, 0) << describe(results);
+    EXPECT_TRUE(contains(r.output,
+                         "waiting for every rank to join: 2 of 3 ranks arrived after 5 s; missing: "
+                         "rank 2 (the world size 3 comes from "))
+        << describe(results);
+    EXPECT_TRUE(contains(r.output, "[timeout]")) << describe(results);
+  }
+}
+
 TEST(Meshrun, LogDirWithoutTeeSendsOutputToFilesOnly) {
   TempDir logs;
   // OMP_NUM_THREADS set: no notice that meshrun sets it.
