@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what meshrt needs on Debian 12 (as root), skipping apt when everything is present.
-# Usage: .ci/install-deps.sh [--bench]   (--bench adds python3-torch for the comparisons and
-# gnuplot-nox for bench/meshrt_bench_compare.sh's busbw plot)
+# Usage: .ci/install-deps.sh [--bench]   (--bench adds gnuplot-nox for
+# bench/meshrt_bench_compare.sh's busbw plot)
 set -euo pipefail
 
 packages=(
@@ -15,9 +15,10 @@ packages=(
   chromium    # tests/viewer_test loads the scope-tree viewer in headless Chromium
   prometheus  # tests/exports_test lints the Prometheus export with promtool
   clang libclang-rt-14-dev  # .ci/fuzz.sh: libFuzzer, ASan and UBSan (tests/fuzz/)
+  python3-torch  # tests/torchrun_test.sh (Debian's torchrun) and TorchStore against PyTorch's TCPStore
 )
 if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(python3-torch gnuplot-nox)
+  packages+=(gnuplot-nox)
 fi
 
 missing=()

@@ -28,6 +28,7 @@
 #include "runtime/store/store_auth.h"
 #include "runtime/store/tcp_store.h"
 #include "runtime/store/tcp_store_server.h"
+#include "runtime/store/torch_store.h"
 #include "runtime/straggler_exchange.h"
 #include "runtime/watchdog.h"
 #include "trace/atomic_file.h"
@@ -154,7 +155,10 @@ InitOptions read_init_options() {
     o.attempt = static_cast<int>(*a);
   }
   if (auto t = trace::env::get_ms({"MESHRT_EXIT_TIMEOUT_MS"})) o.exit_timeout = *t;
-  o.host_store = !trace::env::get_flag({"MESHRT_STORE_EXTERNAL"});
+  // torchrun's agent serves its TCPStore on MASTER_PORT and says so: join it, as PyTorch's
+  // ranks do, instead of binding the same port again.
+  o.torch_agent_store = env("TORCHELASTIC_USE_AGENT_STORE") == std::optional<std::string>("True");
+  o.host_store = !trace::env::get_flag({"MESHRT_STORE_EXTERNAL"}) && !o.torch_agent_store;
   o.live_monitor = trace::env::get_flag({"MESHRT_LIVE_MONITOR"}, true);
   if (auto i = trace::env::get({"MESHRT_GLOO_IFNAME", "GLOO_SOCKET_IFNAME"})) o.gloo_iface = *i;
   if (auto t = trace::env::get_ms({"MESHRT_TIMEOUT_MS"}, 1)) o.timeout = *t;
@@ -387,21 +391,24 @@ std::shared_ptr<Communicator> init(const InitOptions& o) {
     throw Error(ErrorCode::kInvalidArgument, {o.rank, "", "init", -1},
                 "MASTER_PORT is needed to reach the store hosted elsewhere");
   }
-  TcpStoreOptions co;
-  co.host = host;
-  co.port = port;
-  co.connect_timeout = o.init_timeout;
-  co.timeout = o.init_timeout;
-  co.token = token;
-  auto client = std::make_shared<TcpStore>(co);
-  const std::string prefix = fmt::format("meshrt/{}/{}", o.run_id, o.attempt);
-  resources->store = std::make_shared<PrefixStore>(prefix, client);
   // The watchdog gets a connection of its own with short replies: on the shared one its dump
   // signals would queue behind a rendezvous wait (a split) of up to the op timeout.
-  TcpStoreOptions watchdog_co = co;
-  watchdog_co.timeout = std::chrono::seconds(10);
+  auto connect = [&](std::chrono::milliseconds timeout) -> std::shared_ptr<Store> {
+    if (o.torch_agent_store) {
+      return std::make_shared<TorchStore>(TorchStoreOptions{host, port, o.init_timeout, timeout});
+    }
+    TcpStoreOptions co;
+    co.host = host;
+    co.port = port;
+    co.connect_timeout = o.init_timeout;
+    co.timeout = timeout;
+    co.token = token;
+    return std::make_shared<TcpStore>(co);
+  };
+  const std::string prefix = fmt::format("meshrt/{}/{}", o.run_id, o.attempt);
+  resources->store = std::make_shared<PrefixStore>(prefix, connect(o.init_timeout));
   resources->watchdog_store =
-      std::make_shared<PrefixStore>(prefix, std::make_shared<TcpStore>(watchdog_co));
+      std::make_shared<PrefixStore>(prefix, connect(std::chrono::seconds(10)));
   resources->rank = o.rank;
   resources->world_size = o.world_size;
   resources->exit_timeout = o.exit_timeout;
@@ -412,8 +419,9 @@ std::shared_ptr<Communicator> init(const InitOptions& o) {
     resources->monitor =
         MonitorProcess::start({host, port, token, o.run_id, o.attempt, o.world_size});
   }
-  log().info("joining run '{}' as rank {} of {} (from {}, backend {}), store {}:{}", o.run_id,
-             o.rank, o.world_size, o.source, o.backend, host, port);
+  log().info("joining run '{}' as rank {} of {} (from {}, backend {}), store {}:{}{}", o.run_id,
+             o.rank, o.world_size, o.source, o.backend, host, port,
+             o.torch_agent_store ? " (torchrun's agent store)" : "");
 
   GroupSpec spec;
   spec.name = "world";

@@ -26,6 +26,9 @@ struct InitOptions {
   std::string run_id = "default";  // Namespaces the store keys of one job.
   int attempt = 0;                 // Restart count: each attempt has its own store keys.
   bool host_store = true;          // Rank 0 hosts the store; false when a launcher does.
+  // The store is torchrun's agent's (TORCHELASTIC_USE_AGENT_STORE=True): a PyTorch TCPStore on
+  // MASTER_PORT, reached with its own protocol (runtime/store/torch_store.h).
+  bool torch_agent_store = false;
   // Rank 0, hosting the store (no launcher), starts meshrt-monitor for the live stall verdict and
   // status page (runtime/monitor_process.h); MESHRT_LIVE_MONITOR=0 turns it off.
   bool live_monitor = true;
@@ -53,7 +56,8 @@ struct InitOptions {
 // one rank (Slurm: SLURM_LAUNCH_NODE_IPADDR as address; OpenMPI and Slurm: port 29500 by
 // default; neither under mpirun/srun with the MPI backend, which is then the default),
 // MESHRT_RUN_ID (or TORCHELASTIC_RUN_ID), MESHRT_RESTART_COUNT (or TORCHELASTIC_RESTART_COUNT),
-// MESHRT_EXIT_TIMEOUT_MS, MESHRT_STORE_EXTERNAL=1 (a launcher hosts the store), MESHRT_GLOO_IFNAME
+// MESHRT_EXIT_TIMEOUT_MS, MESHRT_STORE_EXTERNAL=1 (a launcher hosts the store),
+// TORCHELASTIC_USE_AGENT_STORE=True (torchrun's agent hosts a PyTorch TCPStore), MESHRT_GLOO_IFNAME
 // (or GLOO_SOCKET_IFNAME), MESHRT_BACKEND, MESHRT_TIMEOUT_MS, MESHRT_INIT_TIMEOUT_MS and
 // MESHRT_STORE_TOKEN. A missing
 // or inconsistent value throws Error(kInvalidArgument) listing what was found and what is needed.

@@ -38,6 +38,7 @@
 #include "runtime/store/store_protocol.h"
 #include "runtime/store/tcp_store.h"
 #include "runtime/store/tcp_store_server.h"
+#include "runtime/store/torch_store.h"
 
 namespace meshrt {
 namespace {
@@ -1324,4 +1325,57 @@ TEST(StoreTlsTest, MissingOrHalfConfiguredFilesAreRefusedAtStart) {
 }
 
 }  // namespace
+
+// TorchStore against PyTorch's own TCPStore server (Debian's python3-torch, 1.13; skipped where
+// /usr/bin/python3 has no torch): every call meshrt makes, and keys seen alike by PyTorch's client.
+TEST(TorchStoreTest, SpeaksPyTorchsTcpStoreProtocol) {
+  if (std::system("/usr/bin/python3 -c 'import torch.distributed' >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "no PyTorch for /usr/bin/python3 (python3-torch)";
+  }
+  const uint16_t port = free_port();
+  const std::string script = fmt::format(
+      "import datetime, sys\n"
+      "from torch.distributed import TCPStore\n"
+      "s = TCPStore('127.0.0.1', {}, None, True, datetime.timedelta(seconds=30))\n"
+      "s.set('from_python', 'hello')\n"
+      "s.wait(['from_meshrt'])\n"
+      "print('python sees', s.get('from_meshrt').decode(), s.add('counter', 0), flush=True)\n"
+      "s.wait(['done'])\n",
+      port);
+  auto server = std::async(std::launch::async, [&] {
+    std::string out;
+    FILE* p =
+        ::popen(fmt::format("timeout 60 /usr/bin/python3 -c \"{}\" 2>&1", script).c_str(), "r");
+    char buf[512];
+    for (size_t n; (n = std::fread(buf, 1, sizeof(buf), p)) > 0;) out.append(buf, n);
+    ::pclose(p);
+    return out;
+  });
+  TorchStore store({"127.0.0.1", port, std::chrono::seconds(20), std::chrono::seconds(20)});
+  EXPECT_EQ(to_string(store.get("from_python", std::chrono::seconds(10))), "hello");
+  EXPECT_EQ(store.add("counter", 5), 5);
+  EXPECT_EQ(store.add("counter", 2), 7);
+  const std::string missing = "missing";
+  EXPECT_FALSE(store.check(std::span<const std::string>(&missing, 1)));
+  EXPECT_EQ(to_string(store.compare_set("cas", {}, as_bytes(std::string("first")))), "first");
+  EXPECT_EQ(to_string(store.compare_set("cas", as_bytes(std::string("other")),
+                                        as_bytes(std::string("second")))),
+            "first");
+  EXPECT_TRUE(store.delete_key("cas"));
+  EXPECT_FALSE(store.delete_key("cas"));
+  try {
+    store.wait(std::span<const std::string>(&missing, 1), std::chrono::milliseconds(200));
+    ADD_FAILURE() << "wait for a missing key returned";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kTimeout);
+    EXPECT_NE(std::string(e.what()).find("key 'missing'"), std::string::npos) << e.what();
+  }
+  // The connection dropped by the timeout comes back on the next call.
+  EXPECT_GE(store.num_keys(), 2);
+  store.set("from_meshrt", as_bytes(std::string("hi")));
+  store.set("done", as_bytes(std::string("1")));
+  const std::string out = server.get();
+  EXPECT_NE(out.find("python sees hi 7"), std::string::npos) << out;
+}
+
 }  // namespace meshrt
