@@ -795,8 +795,12 @@ TEST(InitEnv, ErrorsListWhatWasFoundAndWhatIsNeeded) {
     } catch (const Error& e) {
       const std::string what = e.what();
       EXPECT_NE(what.find(problem), std::string::npos) << what;
-      EXPECT_NE(what.find("Needed: RANK and WORLD_SIZE"), std::string::npos) << what;
-      EXPECT_NE(what.find("Found: "), std::string::npos) << what;
+      // The launcher's variables come with what was found and what is needed; a bad value of
+      // meshrt's own setting only with the remedy (the rest would be noise).
+      const bool own = problem.starts_with("MESHRT_");
+      EXPECT_EQ(what.find("Needed: RANK and WORLD_SIZE") != std::string::npos, !own) << what;
+      EXPECT_EQ(what.find("Found: ") != std::string::npos, !own) << what;
+      EXPECT_EQ(what.find("(fix the value or unset the variable)") != std::string::npos, own);
     }
   }
 }

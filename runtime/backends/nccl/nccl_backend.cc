@@ -80,7 +80,8 @@ class PointerCache {
 // another communicator launched inside it would join its group.
 thread_local const void* open_coalescing_block = nullptr;
 
-// The most ops a job keeps in flight on one communicator before launches retire finished ones.
+// Events of each kind made with a communicator: launches retire finished ops once 16 are in
+// flight (Communicator::retire_launched_locked), so a loop that never waits needs no more.
 constexpr size_t kPrefilledEvents = 32;
 
 class NcclBackend final : public Backend {
