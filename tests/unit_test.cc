@@ -943,5 +943,22 @@ TEST(Environment, CommsLogAlonePrintsTheSummaryAtExit) {
   EXPECT_EQ(quiet.find("meshrt comm summary"), std::string::npos) << quiet;
 }
 
+// MESHRT_SCOPE_TREE_HTML writes each rank's scope-tree viewer at exit, the tree embedded.
+TEST(Environment, ScopeTreeHtmlWritesTheViewerAtExit) {
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            fmt::format("meshrt_tree_{}_{{rank}}.html", ::getpid()))
+                               .string();
+  const auto [status, out] = demo_with("MESHRT_SCOPE_TREE_HTML=" + path,
+                                       std::string(MESHRT_MESH_DEMO) + " --mesh 1 --names dp");
+  EXPECT_EQ(status, 0) << out;
+  const std::string written = fmt::format(
+      "{}/meshrt_tree_{}_0.html", std::filesystem::temp_directory_path().string(), ::getpid());
+  std::ifstream in(written);
+  const std::string page((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_NE(page.find("id=\"scope-tree-data\""), std::string::npos) << written;
+  EXPECT_NE(page.find("\"dp\""), std::string::npos) << page.substr(0, 2000);
+  std::filesystem::remove(written);
+}
+
 }  // namespace
 }  // namespace meshrt

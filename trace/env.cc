@@ -125,6 +125,7 @@ const std::vector<std::string_view>& known_variables() {
       "MESHRT_RESTART_COUNT",
       "MESHRT_RUN_ID",
       "MESHRT_SCOPE_TREE",
+      "MESHRT_SCOPE_TREE_HTML",
       "MESHRT_STALL_S",
       "MESHRT_STORE_EXTERNAL",
       "MESHRT_STORE_TLS_CA",

@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "trace/atomic_file.h"
+#include "trace/scope_tree_html.h"
 
 namespace meshrt::trace {
 namespace {
@@ -43,6 +44,26 @@ void ScopeTree::write_at_exit(std::string pattern) {
     }
     for (int rank : tree.ranks()) {
       write_output_file(output_path(pattern, rank), tree.json(rank, 0), "scope tree");
+    }
+  });
+}
+
+void ScopeTree::write_html_at_exit(std::string pattern) {
+  {
+    std::lock_guard lock(mu_);
+    exit_html_pattern_ = std::move(pattern);
+  }
+  enable();
+  run_at_exit_once([] {
+    ScopeTree& tree = instance();
+    std::string pattern;
+    {
+      std::lock_guard lock(tree.mu_);
+      pattern = tree.exit_html_pattern_;
+    }
+    for (int rank : tree.ranks()) {
+      write_output_file(output_path(pattern, rank), scope_tree_html(tree.json(rank, 0)),
+                        "scope tree viewer");
     }
   });
 }

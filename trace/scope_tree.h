@@ -25,6 +25,9 @@ class ScopeTree : public Sink {
   // Enables instance() and writes each rank's JSON (noise level 0) to output_path(pattern, rank)
   // at exit ("{rank}" in `pattern` is replaced; MESHRT_SCOPE_TREE, via install_sinks_from_env()).
   void write_at_exit(std::string pattern);
+  // As write_at_exit(), each rank's tree as the self-contained HTML viewer (scope_tree_html.h;
+  // MESHRT_SCOPE_TREE_HTML).
+  void write_html_at_exit(std::string pattern);
   // Starts counting ops that end from now on. Idempotent.
   void enable();
   // Stops counting; what was counted is kept.
@@ -68,7 +71,8 @@ class ScopeTree : public Sink {
 
   mutable std::mutex mu_;
   bool enabled_ = false;
-  std::string exit_pattern_;  // MESHRT_SCOPE_TREE: where write_at_exit() writes.
+  std::string exit_pattern_;       // MESHRT_SCOPE_TREE: where write_at_exit() writes.
+  std::string exit_html_pattern_;  // MESHRT_SCOPE_TREE_HTML: where write_html_at_exit() writes.
   std::map<int, RankData> ranks_;
 };
 

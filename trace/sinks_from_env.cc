@@ -62,12 +62,14 @@ void install_sinks_from_env() {
     const ExportOptions exports = export_options();
     const StragglerOptions stragglers = straggler_options();
     const auto scope_tree = env::get({"MESHRT_SCOPE_TREE"});
+    const auto scope_tree_html = env::get({"MESHRT_SCOPE_TREE_HTML"});
     // Verbose comm lines are the logger's info lines.
     if (logger.verbose && log().level() > spdlog::level::info) log().set_level(spdlog::level::info);
     if (logger.enabled) CommLogger::instance().configure(logger);
     if (exports.enabled) Exports::instance().configure(exports);
     if (stragglers.enabled) StragglerSink::instance().configure(stragglers);
     if (scope_tree) ScopeTree::instance().write_at_exit(*scope_tree);
+    if (scope_tree_html) ScopeTree::instance().write_html_at_exit(*scope_tree_html);
   });
 }
 
