@@ -30,42 +30,40 @@ ScopeTree& ScopeTree::instance() {
 }
 
 void ScopeTree::write_at_exit(std::string pattern) {
-  {
-    std::lock_guard lock(mu_);
-    exit_pattern_ = std::move(pattern);
-  }
-  enable();
-  run_at_exit_once([] {
-    ScopeTree& tree = instance();
-    std::string pattern;
-    {
-      std::lock_guard lock(tree.mu_);
-      pattern = tree.exit_pattern_;
-    }
-    for (int rank : tree.ranks()) {
-      write_output_file(output_path(pattern, rank), tree.json(rank, 0), "scope tree");
-    }
-  });
+  write_at_exit(&ScopeTree::exit_pattern_, std::move(pattern));
 }
 
 void ScopeTree::write_html_at_exit(std::string pattern) {
+  write_at_exit(&ScopeTree::exit_html_pattern_, std::move(pattern));
+}
+
+void ScopeTree::write_at_exit(std::string ScopeTree::*which, std::string pattern) {
   {
     std::lock_guard lock(mu_);
-    exit_html_pattern_ = std::move(pattern);
+    this->*which = std::move(pattern);
   }
   enable();
-  run_at_exit_once([] {
-    ScopeTree& tree = instance();
-    std::string pattern;
-    {
-      std::lock_guard lock(tree.mu_);
-      pattern = tree.exit_html_pattern_;
+  run_at_exit_once(write_exit_files);
+}
+
+void ScopeTree::write_exit_files() {
+  ScopeTree& tree = instance();
+  std::string json_pattern, html_pattern;
+  {
+    std::lock_guard lock(tree.mu_);
+    json_pattern = tree.exit_pattern_;
+    html_pattern = tree.exit_html_pattern_;
+  }
+  for (int rank : tree.ranks()) {
+    const std::string json = tree.json(rank, 0);
+    if (!json_pattern.empty()) {
+      write_output_file(output_path(json_pattern, rank), json, "scope tree");
     }
-    for (int rank : tree.ranks()) {
-      write_output_file(output_path(pattern, rank), scope_tree_html(tree.json(rank, 0)),
+    if (!html_pattern.empty()) {
+      write_output_file(output_path(html_pattern, rank), scope_tree_html(json),
                         "scope tree viewer");
     }
-  });
+  }
 }
 
 void ScopeTree::enable() {

@@ -55,6 +55,10 @@ class ScopeTree : public Sink {
   void on_end(const OpRecord& record) override;
 
  private:
+  // Sets the exit pattern `which` and registers write_exit_files() once.
+  void write_at_exit(std::string ScopeTree::*which, std::string pattern);
+  // At exit: every rank's tree to the JSON and HTML patterns that are set.
+  static void write_exit_files();
   struct DimStats {
     uint64_t count = 0;
     uint64_t bytes = 0;
