@@ -369,7 +369,17 @@ std::shared_ptr<Communicator> init(const InitOptions& o) {
     so.host = host;
     so.port = port;
     so.token = token;
-    resources->server = std::make_unique<TcpStoreServer>(so);
+    try {
+      resources->server = std::make_unique<TcpStoreServer>(so);
+    } catch (const Error& e) {
+      // The other ranks will only see a peer that hangs up on them: this is the one place that
+      // knows why, so say what to do here.
+      throw Error(e.code(), {o.rank, "", "init", -1},
+                  fmt::format("rank 0 could not start the job's store: {}. Another program (a "
+                              "previous job, torchrun's agent) may hold MASTER_PORT {}: choose "
+                              "a free one; the other ranks fail until rank 0 serves it",
+                              e.detail(), port));
+    }
     port = resources->server->port();
     if (token.empty() && !resources->server->is_loopback()) {
       log().warn(
@@ -414,7 +424,21 @@ std::shared_ptr<Communicator> init(const InitOptions& o) {
   resources->exit_timeout = o.exit_timeout;
   Watchdog::instance().set_job_store(resources->watchdog_store, o.run_id, o.world_size);
   // Before any op can fail: a launcher that sees this rank die waits for the others' dumps.
-  resources->watchdog_store->add(dump_keys::kRanksThatDump, 1);
+  // Being the first request, it also shows whether what listens on MASTER_PORT is the store.
+  try {
+    resources->watchdog_store->add(dump_keys::kRanksThatDump, 1);
+  } catch (const Error& e) {
+    if (resources->server || e.code() == ErrorCode::kStore) throw;
+    throw Error(e.code(), {o.rank, "", "init", -1},
+                fmt::format("{}. Rank 0 serves the job's store on MASTER_ADDR:MASTER_PORT "
+                            "({}:{}), and what listens there {} this rank's first request: "
+                            "most likely rank 0 could not start the store and another program "
+                            "holds the port (rank 0's own error says why; choose a free "
+                            "MASTER_PORT), MASTER_ADDR/MASTER_PORT differ between ranks, or "
+                            "rank 0 ended",
+                            e.detail(), host, port,
+                            e.code() == ErrorCode::kTimeout ? "did not answer" : "hung up on"));
+  }
   if (resources->server && o.live_monitor && o.world_size > 1) {
     resources->monitor =
         MonitorProcess::start({host, port, token, o.run_id, o.attempt, o.world_size});

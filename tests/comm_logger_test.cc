@@ -93,6 +93,8 @@ TEST_F(CommLoggerTest, TableShowsMeanSizesAndReadableBandwidths) {
   const SummaryRow* ar = find(rows, "world", "all_reduce", 2048);
   ASSERT_NE(ar, nullptr);
   EXPECT_EQ(ar->mean_bytes, 3072);
+  EXPECT_EQ(ar->min_bytes, 3072u);
+  EXPECT_EQ(ar->max_bytes, 3072u);
   const std::string table = CommLogger::instance().summary_table(0);
   SCOPED_TRACE(table);
   EXPECT_NE(table.find("3 KiB"), std::string::npos);
@@ -193,8 +195,8 @@ void check_summary_file(const std::string& path, int rank) {
   bool saw_tp = false, saw_setup = false;
   for (const auto& row : doc["rows"]) {
     for (const char* key : {"mesh_dim", "comm", "op", "setup", "group_size", "size_bucket",
-                            "bucket_bytes", "mean_bytes", "count", "total_ms", "avg_ms", "p50_ms",
-                            "p99_ms", "algbw_gbps", "busbw_gbps"}) {
+                            "bucket_bytes", "mean_bytes", "min_bytes", "max_bytes", "count",
+                            "total_ms", "avg_ms", "p50_ms", "p99_ms", "algbw_gbps", "busbw_gbps"}) {
       EXPECT_TRUE(row.contains(key)) << key << " missing in " << path;
     }
     if (row["mesh_dim"] == "tp" && row["op"] == "all_reduce") {
@@ -202,6 +204,8 @@ void check_summary_file(const std::string& path, int rank) {
       EXPECT_EQ(row["group_size"].get<int>(), 2);
       EXPECT_EQ(row["count"].get<int>(), 1);
       EXPECT_EQ(row["mean_bytes"].get<double>(), 17 * 8);  // mesh_demo's 17 int64
+      EXPECT_EQ(row["min_bytes"].get<int>(), 17 * 8);
+      EXPECT_EQ(row["max_bytes"].get<int>(), 17 * 8);
       EXPECT_EQ(row["bucket_bytes"].get<int>(), 128);
       EXPECT_EQ(row["size_bucket"], "128-256B");
       EXPECT_EQ(row["setup"], false);

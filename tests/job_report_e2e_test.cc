@@ -145,6 +145,9 @@ TEST_F(JobReportE2eTest, TrainingRunsReportShowsTheRanksNumbers) {
     uint64_t count = 0;
     double ms = 0;
     double busbw_ms = 0;
+    double bytes = 0;  // Sum over the ops, for their mean.
+    uint64_t min_bytes = UINT64_MAX;
+    uint64_t max_bytes = 0;
   };
   std::map<std::pair<std::string, std::string>, std::map<uint64_t, Point>> points;
   std::map<int, std::map<std::string, double>> time;
@@ -157,6 +160,9 @@ TEST_F(JobReportE2eTest, TrainingRunsReportShowsTheRanksNumbers) {
       p.count += row["count"].get<uint64_t>();
       p.ms += ms;
       p.busbw_ms += row["busbw_gbps"].get<double>() * ms;
+      p.bytes += row["mean_bytes"].get<double>() * row["count"].get<double>();
+      p.min_bytes = std::min(p.min_bytes, row["min_bytes"].get<uint64_t>());
+      p.max_bytes = std::max(p.max_bytes, row["max_bytes"].get<uint64_t>());
     }
   }
   // The demo: all_reduce on dp and on tp, the mesh's agreement all_gather on world.
@@ -172,9 +178,14 @@ TEST_F(JobReportE2eTest, TrainingRunsReportShowsTheRanksNumbers) {
           dom, fmt::format(R"(<tr data-dim="{}" data-op="{}" data-bytes="{}">)", dim, op, bytes),
           "</tr>");
       ASSERT_FALSE(row.empty()) << dim << " " << op << " " << bytes;
-      EXPECT_NE(row.find(fmt::format(R"(<td class="num">{}</td><td class="num">{}</td>)",
-                                     human_bytes(bytes), p.count)),
-                std::string::npos)
+      // Real sizes, not the bucket's floor: one size when every op had it, else the range.
+      const std::string size =
+          p.min_bytes == p.max_bytes
+              ? human_bytes(p.bytes / p.count)
+              : fmt::format("{} &ndash; {}", human_bytes(p.min_bytes), human_bytes(p.max_bytes));
+      EXPECT_NE(
+          row.find(fmt::format(R"(<td class="num">{}</td><td class="num">{}</td>)", size, p.count)),
+          std::string::npos)
           << row;
       EXPECT_NE(row.find(R"(<td class="num busbw">)" + human_gbps(p.busbw_ms / p.ms) + "</td>"),
                 std::string::npos)

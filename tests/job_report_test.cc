@@ -352,6 +352,42 @@ TEST_F(JobReportTest, SaysWhatIsMissingAndWhatProducesIt) {
   EXPECT_EQ(count(r.html, R"(<g class="series")"), 1u);
 }
 
+// The size column shows what the ops moved, not their bucket's floor (2 KiB for 3 KiB ops).
+TEST_F(JobReportTest, ShowsRealSizesNotTheBucketFloor) {
+  auto sized = [](json row, uint64_t mean, uint64_t min, uint64_t max) {
+    row["mean_bytes"] = mean;
+    row["min_bytes"] = min;
+    row["max_bytes"] = max;
+    return row;
+  };
+  write("comms_0.json",
+        json{{"rank", 0},
+             {"rows",
+              {sized(comm_row("tp", "all_reduce", 2, 2048, 4, 4.0, 1), 3072, 3072, 3072),
+               sized(comm_row("dp", "all_gather", 2, 2048, 2, 2.0, 1), 3000, 2500, 3500)}}});
+  write("comms_1.json",
+        json{{"rank", 1},
+             {"rows",
+              {sized(comm_row("tp", "all_reduce", 2, 2048, 4, 4.0, 1), 3072, 3072, 3072),
+               sized(comm_row("dp", "all_gather", 2, 2048, 2, 2.0, 1), 3000, 2500, 3500)}}});
+  const JobReport r = report();
+  const json data = json::parse(r.data);
+  for (const json& s : data["comms"]["series"]) {
+    const json& p = s["points"][0];
+    EXPECT_EQ(p["bucket_bytes"], 2048);
+    if (s["dim"] == "tp") {
+      EXPECT_DOUBLE_EQ(p["bytes"].get<double>(), 3072.0);
+    } else {
+      EXPECT_DOUBLE_EQ(p["bytes"].get<double>(), 3000.0);
+      EXPECT_EQ(p["min_bytes"], 2500);
+      EXPECT_EQ(p["max_bytes"], 3500);
+    }
+  }
+  EXPECT_TRUE(contains(r.html, R"(<td class="num">3 KiB</td><td class="num">8</td>)")) << r.html;
+  EXPECT_TRUE(contains(r.html, R"(<td class="num">2.44 KiB &ndash; 3.42 KiB</td>)")) << r.html;
+  EXPECT_FALSE(contains(r.html, R"(<td class="num">2 KiB</td>)")) << r.html;
+}
+
 TEST_F(JobReportTest, MalformedInputNamesTheFile) {
   write("comms_0.json", json{{"rank", 0}, {"rows", json::array()}});
   write("comms_1.json", std::string(R"({"rank": 1, "rows": [)"));

@@ -4,7 +4,10 @@
 // torchrun form), the meshtrace lookup, error files and the output prefixing rule.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -330,8 +333,54 @@ TEST(InitWithoutLauncher, AMissingRankIsNamedWithinSecondsThenInitFails) {
                          "waiting for every rank to join: 2 of 3 ranks arrived after 5 s; missing: "
                          "rank 2 (the world size 3 comes from "))
         << describe(results);
-    EXPECT_TRUE(contains(r.output, "[timeout]")) << describe(results);
   }
+  // Rank 0 hosts the store, so it fails on its own deadline; a rank whose deadline comes later
+  // (it started later) may see rank 0's store go first.
+  EXPECT_TRUE(contains(results[0].output, "[timeout]")) << describe(results);
+  EXPECT_TRUE(contains(results[1].output, "[timeout]") ||
+              contains(results[1].output, "closed the connection"))
+      << describe(results);
+}
+
+// Another program holds MASTER_PORT and hangs up on whoever connects (a previous job, another
+// service): rank 0 says it could not start the store and what to do, and the other ranks say
+// why the store hung up on them instead of only "closed the connection".
+TEST(InitWithoutLauncher, APortHeldByAnotherProgramIsNamedOnEveryRank) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), len), 0);
+  ASSERT_EQ(::listen(fd, 16), 0);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  std::atomic<bool> stop{false};
+  std::thread holder([&] {
+    while (!stop) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 100) == 1) {
+        const int c = ::accept(fd, nullptr, nullptr);
+        if (c >= 0) ::close(c);
+      }
+    }
+  });
+  auto env = kInitEnv;
+  env["MASTER_PORT"] = std::to_string(ntohs(addr.sin_port));
+  const auto results = run_ranks({MESHRT_LAUNCHER_CHILD, "world"}, 2, 60s, env);
+  stop = true;
+  holder.join();
+  ::close(fd);
+  for (const auto& r : results) EXPECT_NE(r.exit_code, 0) << describe(results);
+  EXPECT_TRUE(contains(results[0].output, "rank 0 could not start the job's store: cannot listen"))
+      << describe(results);
+  EXPECT_TRUE(contains(results[0].output, "choose a free one")) << describe(results);
+  EXPECT_TRUE(contains(results[1].output, "hung up on this rank's first request"))
+      << describe(results);
+  EXPECT_TRUE(contains(results[1].output,
+                       "rank 0 could not start the store and another program "
+                       "holds the port"))
+      << describe(results);
 }
 
 TEST(Meshrun, LogDirWithoutTeeSendsOutputToFilesOnly) {

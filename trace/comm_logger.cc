@@ -124,6 +124,8 @@ void CommLogger::on_end(const OpRecord& r) {
     }
     ++row.count;
     row.total_bytes += r.bytes;
+    row.min_bytes = std::min(row.min_bytes, r.bytes);
+    row.max_bytes = std::max(row.max_bytes, r.bytes);
     row.total_ns += ns;
     verbose = options_.verbose;
   }
@@ -166,6 +168,8 @@ std::vector<SummaryRow> CommLogger::summary(int global_rank) const {
       s.setup = key.setup;
       s.group_size = n;
       s.bucket_bytes = key.bucket;
+      s.min_bytes = s.count ? std::min(s.min_bytes, row.min_bytes) : row.min_bytes;
+      s.max_bytes = std::max(s.max_bytes, row.max_bytes);
       s.count += row.count;
       s.total_ms += row.total_ns / 1e6;
       auto& [all, bytes] = samples[k];
@@ -257,6 +261,8 @@ std::string CommLogger::summary_json(int global_rank) const {
                     {"size_bucket", size_bucket_label(r.bucket_bytes)},
                     {"bucket_bytes", r.bucket_bytes},
                     {"mean_bytes", r.mean_bytes},
+                    {"min_bytes", r.min_bytes},
+                    {"max_bytes", r.max_bytes},
                     {"count", r.count},
                     {"total_ms", r.total_ms},
                     {"avg_ms", r.avg_ms},

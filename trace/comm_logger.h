@@ -39,8 +39,10 @@ struct SummaryRow {
   bool setup = false;  // meshrt's own ops (OpRecord::setup): split's and mesh creation's exchanges.
   int group_size = 0;
   uint64_t bucket_bytes =
-      0;                  // size_bucket() of the ops: groups them; size_bucket_label() names it.
-  double mean_bytes = 0;  // The ops' mean message size: what the table shows.
+      0;                   // size_bucket() of the ops: groups them; size_bucket_label() names it.
+  double mean_bytes = 0;   // The ops' mean message size: what the table shows.
+  uint64_t min_bytes = 0;  // The smallest and largest message of the row's ops.
+  uint64_t max_bytes = 0;
   uint64_t count = 0;
   double total_ms = 0;
   double avg_ms = 0;
@@ -99,6 +101,8 @@ class CommLogger : public Sink {
     std::shared_ptr<const CommInfo> comm;
     uint64_t count = 0;
     uint64_t total_bytes = 0;
+    uint64_t min_bytes = UINT64_MAX;
+    uint64_t max_bytes = 0;
     int64_t total_ns = 0;
     std::vector<int64_t> samples_ns;  // Ring of the last kSamples latencies.
   };

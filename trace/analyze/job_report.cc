@@ -167,7 +167,10 @@ struct CommRow {
   std::string dim;  // The mesh dim, or the communicator outside a mesh.
   std::string op;
   int group_size = 0;
-  uint64_t bytes = 0;  // Size bucket.
+  uint64_t bucket_bytes = 0;  // Groups rows into points.
+  double mean_bytes = 0;      // What the ops moved: the sizes the report shows.
+  uint64_t min_bytes = 0;
+  uint64_t max_bytes = 0;
   uint64_t count = 0;
   double total_ms = 0;
   double algbw_gbps = 0;
@@ -190,7 +193,11 @@ std::vector<CommRow> read_comms(const std::map<int, fs::path>& files, Dims& dims
         const bool in_mesh = row.dim != r.at("comm").get<std::string>();
         row.op = r.at("op").get<std::string>();
         row.group_size = r.at("group_size").get<int>();
-        row.bytes = r.at("bucket_bytes").get<uint64_t>();
+        row.bucket_bytes = r.at("bucket_bytes").get<uint64_t>();
+        // Summaries written before the real sizes were kept show the bucket's floor.
+        row.mean_bytes = r.value("mean_bytes", static_cast<double>(row.bucket_bytes));
+        row.min_bytes = r.value("min_bytes", row.bucket_bytes);
+        row.max_bytes = r.value("max_bytes", row.bucket_bytes);
         row.count = r.at("count").get<uint64_t>();
         row.total_ms = r.at("total_ms").get<double>();
         row.algbw_gbps = r.at("algbw_gbps").get<double>();
@@ -211,6 +218,9 @@ Json comms_json(const std::vector<CommRow>& rows, const std::set<int>& ranks, co
     double algbw_ms = 0;  // Bandwidths weighted by time, divided by total_ms at the end.
     double busbw_ms = 0;
     double busbw_sum = 0;  // For points whose time is 0.
+    double bytes_sum = 0;  // Of every op, for the mean size.
+    uint64_t min_bytes = UINT64_MAX;
+    uint64_t max_bytes = 0;
     Json ranks = Json::array();
   };
   struct Series {
@@ -223,8 +233,11 @@ Json comms_json(const std::vector<CommRow>& rows, const std::set<int>& ranks, co
     auto& [dim, s] = series[{dims.index(r.dim), r.op}];
     dim = r.dim;
     s.group_sizes.insert(r.group_size);
-    Point& p = s.points[r.bytes];
+    Point& p = s.points[r.bucket_bytes];
     p.count += r.count;
+    p.bytes_sum += r.mean_bytes * static_cast<double>(r.count);
+    p.min_bytes = std::min(p.min_bytes, r.min_bytes);
+    p.max_bytes = std::max(p.max_bytes, r.max_bytes);
     p.total_ms += r.total_ms;
     p.algbw_ms += r.algbw_gbps * r.total_ms;
     p.busbw_ms += r.busbw_gbps * r.total_ms;
@@ -239,9 +252,12 @@ Json comms_json(const std::vector<CommRow>& rows, const std::set<int>& ranks, co
   for (const auto& [key, value] : series) {
     const auto& [dim, s] = value;
     Json points = Json::array();
-    for (const auto& [bytes, p] : s.points) {
+    for (const auto& [bucket, p] : s.points) {
       const double n = static_cast<double>(p.ranks.size());
-      points.push_back({{"bytes", bytes},
+      points.push_back({{"bytes", p.count ? p.bytes_sum / static_cast<double>(p.count) : 0.0},
+                        {"min_bytes", p.min_bytes},
+                        {"max_bytes", p.max_bytes},
+                        {"bucket_bytes", bucket},
                         {"count", p.count},
                         {"total_ms", p.total_ms},
                         {"avg_ms", p.count ? p.total_ms / p.count : 0},

@@ -16,10 +16,12 @@
 //   dir, ranks (every rank an input mentions), dims [{name, in_mesh, group_sizes}] (the order and
 //   colours of every chart), missing [{section, text}],
 //   comms: null | {ranks, missing_ranks,
-//          series [{dim, op, group_sizes, points [{bytes, count, total_ms, avg_ms, algbw_gbps,
-//                   busbw_gbps, ranks [{rank, count, avg_ms, busbw_gbps}]}]}],
+//          series [{dim, op, group_sizes, points [{bytes, min_bytes, max_bytes, bucket_bytes,
+//                   count, total_ms, avg_ms, algbw_gbps, busbw_gbps,
+//                   ranks [{rank, count, avg_ms, busbw_gbps}]}]}],
 //          time [{rank, total_ms, dims {dim: ms}}]}
-//     points aggregate the ranks' rows of one size bucket: count and total_ms are sums, avg_ms
+//     points aggregate the ranks' rows of one size bucket (bucket_bytes, its floor): bytes is the
+//     ops' mean size, min/max_bytes their range; count and total_ms are sums, avg_ms
 //     = total_ms / count, algbw and busbw the ranks' values weighted by their time (= bytes moved
 //     over time spent, as the comm logger defines them per rank);
 //   stragglers: null | {matched_ops, incomplete_ops, mismatched_ops, missing_ranks, clock,

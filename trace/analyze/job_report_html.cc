@@ -169,6 +169,15 @@ std::string busbw_card(const Json& series) {
                           human_bytes(best->at("bytes").get<double>())));
 }
 
+// A point's message size: exact when every op had it, else the range the ops spanned.
+std::string size_text(const Json& point) {
+  const uint64_t lo = point.value("min_bytes", uint64_t{0});
+  const uint64_t hi = point.value("max_bytes", uint64_t{0});
+  if (hi == 0 || lo == hi) return human_bytes(point.at("bytes").get<double>());
+  return fmt::format("{} &ndash; {}", human_bytes(static_cast<double>(lo)),
+                     human_bytes(static_cast<double>(hi)));
+}
+
 // The rank the others waited for longest.
 std::string straggler_card(const Json& ranks) {
   const Json* worst = nullptr;
@@ -343,8 +352,8 @@ std::pair<std::string, std::string> busbw_chart_and_table(const Json& comms, con
       drawn = drawn || (bytes > 0 && busbw > 0);
       rows += fmt::format(
           R"(<tr data-dim="{0}" data-op="{1}" data-bytes="{2}"><td>{3}</td><td>{1}</td><td class="num">{4}</td><td class="num">{5}</td><td class="num">{6}</td><td class="num">{7}</td><td class="num">{8}</td><td class="num busbw">{9}</td><td class="num">{10}</td><td class="num">{11}</td></tr>)",
-          esc(dim), esc(op), p.at("bytes").dump(), style.chip(dim),
-          group_sizes_text(s.at("group_sizes")), human_bytes(bytes), p.at("count").dump(),
+          esc(dim), esc(op), p.at("bucket_bytes").dump(), style.chip(dim),
+          group_sizes_text(s.at("group_sizes")), size_text(p), p.at("count").dump(),
           human_ms(p.at("avg_ms").get<double>()), human_gbps(p.at("algbw_gbps").get<double>()),
           human_gbps(busbw), n > 1 ? human_gbps(lo) : "", n > 1 ? human_gbps(hi) : "");
     }
@@ -415,7 +424,8 @@ std::string comm_section(const Json& data, const Style& style) {
              "From the call to completion, so waiting for late peers counts.",
              time_chart(comms, style)));
   return section("communication", "Communication",
-                 "Every collective by mesh dim, op and message size (power-of-two buckets), from "
+                 "Every collective by mesh dim, op and message size (real sizes, grouped in "
+                 "power-of-two buckets), from "
                  "the comm logger's summaries (<code>comms_&lt;rank&gt;.json</code>).",
                  missing + charts + table);
 }
