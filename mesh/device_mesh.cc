@@ -242,6 +242,16 @@ DeviceMesh::DeviceMesh(std::shared_ptr<MeshRoot> root, std::vector<mesh::Dim> di
 
 std::shared_ptr<Communicator> DeviceMesh::split_dim(const mesh::Dim& d) const {
   const int64_t p = root_->my_position;
+  // A dim over the whole world in its rank order is the world: reuse it, as PyTorch does, rather
+  // than open a second set of connections (and shared memory) between the same ranks. Every rank
+  // decides alike from the agreed mesh, so the splits stay collective.
+  if (d.size() == root_->world->size() && !root_->backends.contains(d.name)) {
+    bool in_order = true;
+    for (int64_t t = 0; t < d.size() && in_order; ++t) {
+      in_order = root_->rank_map[d.member(d.base(0), t)] == t;
+    }
+    if (in_order) return root_->world;
+  }
   CommOptions options;
   options.name = root_->name + "/" + d.name;
   options.description = "mesh_" + d.name;
@@ -327,12 +337,40 @@ Communicator& DeviceMesh::comm() const {
   return comm(0);
 }
 
+std::vector<int64_t> DeviceMesh::positions() const {
+  const int64_t n = static_cast<int64_t>(root_->rank_map.size());
+  std::vector<int64_t> out;
+  if (size() == n) {
+    out.resize(static_cast<size_t>(n));
+    std::iota(out.begin(), out.end(), 0);
+    return out;
+  }
+  // A slice or a flattened part is this rank's sub-mesh, as in PyTorch, which is undefined for a
+  // rank outside it.
+  if (!is_member()) {
+    fail("groups", fmt::format("rank {} is not in the mesh, and a sub-mesh is the one that "
+                               "contains the calling rank",
+                               root_->world->rank()));
+  }
+  int64_t base = root_->my_position;
+  for (const auto& d : dims_) base = d.base(base);
+  out = {base};
+  for (const auto& d : dims_) {
+    std::vector<int64_t> next;
+    for (const int64_t q : out) {
+      for (int64_t t = 0; t < d.size(); ++t) next.push_back(q + d.member(base, t) - base);
+    }
+    out = std::move(next);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 std::vector<std::vector<int>> DeviceMesh::groups(int d) const {
   const mesh::Dim& x = dim(d);
   const auto world_ranks = root_->world->global_ranks();
   std::vector<std::vector<int>> out;
-  const int64_t n = static_cast<int64_t>(root_->rank_map.size());
-  for (int64_t p = 0; p < n; ++p) {
+  for (const int64_t p : positions()) {
     if (x.coordinate(p) != 0) continue;
     std::vector<int> g;
     for (int64_t t = 0; t < x.size(); ++t)
@@ -392,14 +430,39 @@ std::shared_ptr<DeviceMesh> DeviceMesh::slice(std::span<const std::string> names
             [](const auto& a, const auto& b) { return a.stride < b.stride; });
   for (size_t i = 1; i < all.size(); ++i) {
     if (all[i].stride < all[i - 1].stride * all[i - 1].size) {
-      fail("slice", fmt::format("dims [{}] overlap", joined(names, ", ")));
+      fail("slice", fmt::format("dims [{}] overlap: slicing dims that cover the same ranks (a "
+                                "flattened dim and one of its parts) is not allowed",
+                                joined(names, ", ")));
     }
   }
-  for (size_t i = 1; i < dims.size(); ++i) {
-    if (dims[i].size() > 1 && dims[i - 1].size() > 1 &&
-        dims[i].parts.front().stride >= dims[i - 1].parts.front().stride) {
-      fail("slice", fmt::format("dims [{}] are not in ascending mesh order [{}]",
-                                joined(names, ", "), joined(names_, ", ")));
+  // PyTorch's rule: the dims, read in the order given, must run outermost to innermost, so every
+  // part of a dim lies outside every part of the next. A flattened dim whose parts lie on both
+  // sides of another named dim would make a transposed mesh, which neither PyTorch nor meshrt
+  // builds.
+  auto strides = [](const mesh::Dim& d) {
+    std::vector<int64_t> out;
+    for (const auto& p : d.parts) {
+      if (p.size > 1) out.push_back(p.stride);
+    }
+    return out;
+  };
+  for (size_t i = 0; i < dims.size(); ++i) {
+    for (size_t j = i + 1; j < dims.size(); ++j) {
+      const auto outer = strides(dims[i]), inner = strides(dims[j]);
+      if (outer.empty() || inner.empty()) continue;
+      const int64_t outer_min = *std::min_element(outer.begin(), outer.end());
+      const int64_t outer_max = *std::max_element(outer.begin(), outer.end());
+      const int64_t inner_max = *std::max_element(inner.begin(), inner.end());
+      if (outer_min > inner_max) continue;
+      const std::string why =
+          outer_max > inner_max
+              ? fmt::format("'{}' has ranks both outside and inside '{}'", names[i], names[j])
+              : fmt::format("'{}' is inside '{}' in the mesh, so it must come after it", names[i],
+                            names[j]);
+      fail("slice", fmt::format("dims [{}] are not in ascending mesh order [{}]: {}; list dims "
+                                "outermost first, and do not slice a flattened dim together "
+                                "with a dim that lies between its parts",
+                                joined(names, ", "), joined(names_, ", "), why));
     }
   }
   if (dims.empty()) fail("slice", "no dims named");
@@ -547,6 +610,21 @@ std::shared_ptr<DeviceMesh> init_megatron_mesh(std::shared_ptr<Communicator> wor
                 {world ? world->global_rank() : -1, "", "init_megatron_mesh", -1},
                 fmt::format("order '{}' has {} dims but {} sizes were given", order, tokens.size(),
                             sizes.size()));
+  }
+  // Megatron's RankGenerator asserts the same: EP lives only in its expert generator and CP only
+  // in its dense one, which lay out the same world twice. Build those as two meshes (or one mesh
+  // and unflatten()) instead.
+  auto size_of = [&](std::string_view token) -> int64_t {
+    const auto it = std::find(tokens.begin(), tokens.end(), token);
+    return it == tokens.end() ? 1 : sizes[it - tokens.begin()];
+  };
+  if (size_of("ep") > 1 && size_of("cp") > 1) {
+    throw Error(ErrorCode::kInvalidArgument,
+                {world ? world->global_rank() : -1, "", "init_megatron_mesh", -1},
+                fmt::format("order '{}' has ep={} and cp={}: Megatron-LM does not allow EP and CP "
+                            "both above 1 in one rank generator (CP belongs to the dense layout, "
+                            "EP to the expert layout); make one mesh per layout",
+                            order, size_of("ep"), size_of("cp")));
   }
   // Megatron lists the fastest dim first; a row-major mesh lists it last.
   std::reverse(tokens.begin(), tokens.end());

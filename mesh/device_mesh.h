@@ -35,8 +35,10 @@ struct MeshRoot;
 
 // An N-D grid of ranks with one communicator per dim, made by the factories below. Coordinates and
 // groups are computed locally; only creating communicators (factories, flatten, unflatten) is
-// collective. World ranks outside the grid get a mesh without coordinate or communicators. Misuse
-// throws Error(kInvalidArgument) naming the mesh.
+// collective. A dim over the whole world in its rank order (a 1-D mesh, a 1 x N mesh) reuses the
+// world communicator, as PyTorch does: its ops are traced under the world's name. World ranks
+// outside the grid get a mesh without coordinate or communicators. Misuse throws
+// Error(kInvalidArgument) naming the mesh.
 class DeviceMesh {
  public:
   // Device type, e.g. "cpu" or "cuda".
@@ -69,8 +71,9 @@ class DeviceMesh {
   Communicator& comm() const;
   // comm(dim) as shared ownership, to keep the communicator beyond the mesh.
   std::shared_ptr<Communicator> comm_ptr(int dim) const;
-  // Every group of a dim as global ranks in local-rank order, groups by their first member's
-  // position (for reports; allocates).
+  // Every group of a dim within this mesh as global ranks in local-rank order, groups by their
+  // first member's position (for reports; allocates). A slice or a flattened part is this
+  // rank's sub-mesh, as in PyTorch: its groups stay inside it, and a non-member cannot ask.
   std::vector<std::vector<int>> groups(int dim) const;
   std::vector<std::vector<int>> groups(std::string_view name) const;
   // Global ranks of this rank's group along a dim, in local-rank order (allocates); empty for
@@ -107,6 +110,8 @@ class DeviceMesh {
 
  private:
   const mesh::Dim& dim(int index) const;
+  // Root positions of this mesh: all of them, or this rank's sub-mesh for a slice.
+  std::vector<int64_t> positions() const;
   std::shared_ptr<Communicator> split_dim(const mesh::Dim& dim) const;
   [[noreturn]] void fail(std::string_view op, const std::string& problem) const;
 
@@ -140,7 +145,8 @@ std::shared_ptr<DeviceMesh> device_mesh_from_ranks(
 
 // Megatron-LM's layout: `order` such as "tp-cp-ep-dp-pp" lists dims fastest first and `sizes`
 // gives each token's size in that order. Equal to the row-major mesh with the dims reversed, so
-// groups (and flattened groups) match Megatron's RankGenerator. Collective over `world`.
+// groups (and flattened groups) match Megatron's RankGenerator. Collective over `world`. Like
+// the RankGenerator, refuses ep > 1 together with cp > 1.
 std::shared_ptr<DeviceMesh> init_megatron_mesh(std::shared_ptr<Communicator> world,
                                                std::string_view device, std::string_view order,
                                                std::vector<int64_t> sizes,

@@ -201,9 +201,11 @@ void check_mesh_collectives(const DeviceMesh& m, Communicator& world,
     c.all_reduce(view(x))->wait();
     const int64_t want = std::accumulate(members.begin(), members.end(), int64_t{0});
     std::vector<int> comm_ranks(c.global_ranks().begin(), c.global_ranks().end());
-    if (x[0] != want || comm_ranks != members || c.rank() != m.local_rank(d) ||
-        c.name() != "mesh0/" + std::string(m.names()[d]) || c.info()->mesh_dim != m.names()[d] ||
-        c.description() != "mesh_" + m.names()[d]) {
+    // A dim over the whole world is the world itself, named as such.
+    const bool named = &c == &world || (c.name() == "mesh0/" + std::string(m.names()[d]) &&
+                                        c.info()->mesh_dim == m.names()[d] &&
+                                        c.description() == "mesh_" + m.names()[d]);
+    if (x[0] != want || comm_ranks != members || c.rank() != m.local_rank(d) || !named) {
       std::lock_guard lock(mu);
       failures.push_back(fmt::format("rank {} dim {}: sum {} want {}, comm '{}' ranks [{}] vs [{}]",
                                      world.rank(), m.names()[d], x[0], want, c.name(),
@@ -233,7 +235,9 @@ TEST_P(MeshShapes, CoordinatesGroupsAndCollectivesOnEveryDim) {
     }
     EXPECT_EQ(std::vector<int64_t>(m->coordinate().begin(), m->coordinate().end()),
               brute_coordinate(shape, world.rank()));
-    EXPECT_EQ(m->communicators_created(), static_cast<int>(shape.size()));
+    // Dims over the whole world reuse the world's communicator.
+    const auto spanning = std::count(shape.begin(), shape.end(), int64_t{world_size});
+    EXPECT_EQ(m->communicators_created(), static_cast<int>(shape.size() - spanning));
     for (int d = 0; d < m->ndim(); ++d) {
       const auto g = brute_group(shape, world.rank(), {d});
       EXPECT_EQ(m->group_ranks(d), std::vector<int>(g.begin(), g.end()));
@@ -443,7 +447,9 @@ TEST(DeviceMeshValidation, EveryErrorOnEveryRank) {
       [](Communicator&) {
         init_device_mesh({2, 2}, {"dp", "tp"})->slice({"tp", "dp"});
       },
-      "comm 'mesh0', slice: dims [tp, dp] are not in ascending mesh order [dp, tp]");
+      "comm 'mesh0', slice: dims [tp, dp] are not in ascending mesh order [dp, tp]: 'tp' is "
+      "inside 'dp' in the mesh, so it must come after it; list dims outermost first, and do not "
+      "slice a flattened dim together with a dim that lies between its parts");
   expect_all_fail(
       [](Communicator&) {
         init_device_mesh({2, 2}, {"dp", "tp"})->slice(std::span<const std::string>{});
@@ -534,7 +540,96 @@ TEST(DeviceMeshValidation, EveryErrorOnEveryRank) {
         m->flatten({"dp", "tp"});
         m->slice({"dp", "dp_tp"});
       },
-      "comm 'mesh0', slice: dims [dp, dp_tp] overlap");
+      "comm 'mesh0', slice: dims [dp, dp_tp] overlap: slicing dims that cover the same ranks (a "
+      "flattened dim and one of its parts) is not allowed");
+  // PyTorch's slicing rule: a flattened dim may not be sliced with a dim between its parts.
+  for (const auto& [shape, names, flat, slice] :
+       std::vector<std::tuple<std::vector<int64_t>, std::vector<std::string>,
+                              std::vector<std::string>, std::vector<std::string>>>{
+           {{2, 2, 2}, {"dp", "cp", "tp"}, {"dp", "tp"}, {"dp_tp", "cp"}},
+           {{2, 2, 2}, {"pp", "dp", "tp"}, {"pp", "tp"}, {"pp_tp", "dp"}}}) {
+    expect_all_fail(
+        [&](Communicator&) {
+          auto m = init_device_mesh(shape, names);
+          m->flatten(flat);
+          m->slice(slice);
+        },
+        fmt::format("comm 'mesh0', slice: dims [{0}, {1}] are not in ascending mesh order [{2}]: "
+                    "'{0}' has ranks both outside and inside '{1}'; list dims outermost first, "
+                    "and do not slice a flattened dim together with a dim that lies between its "
+                    "parts",
+                    slice[0], slice[1], fmt::join(names, ", ")),
+        8);
+  }
+  // Megatron-LM's RankGenerator refuses EP and CP both above 1; so does meshrt.
+  expect_all_fail(
+      [](Communicator&) {
+        init_megatron_mesh(default_world(), "cpu", "tp-cp-ep-dp-pp", {1, 2, 2, 1, 1});
+      },
+      "init_megatron_mesh: order 'tp-cp-ep-dp-pp' has ep=2 and cp=2: Megatron-LM does not allow "
+      "EP and CP both above 1 in one rank generator (CP belongs to the dense layout, EP to the "
+      "expert layout); make one mesh per layout");
+}
+
+// A slice is this rank's sub-mesh, as in PyTorch: its groups stay inside it.
+TEST(DeviceMesh, SliceGroupsStayInsideThisRanksSubMesh) {
+  run_inproc(7, [](Communicator& world) {
+    auto m = init_device_mesh({2, 3}, {"dp", "tp"});  // Rank 6 is outside.
+    EXPECT_EQ(m->groups("tp"), (std::vector<std::vector<int>>{{0, 1, 2}, {3, 4, 5}}));
+    if (world.rank() == 6) {
+      EXPECT_THROW(m->slice({"tp"})->groups(0), Error);
+      return;
+    }
+    const auto tp = m->slice({"tp"});
+    EXPECT_EQ(tp->groups(0), (std::vector<std::vector<int>>{m->group_ranks(1)}));
+  });
+  run_inproc(24, [](Communicator& world) {
+    auto m = init_device_mesh({2, 3, 4}, {"pp", "dp", "tp"});
+    const auto dp_tp = m->slice({"dp", "tp"});
+    const int pp = static_cast<int>(m->local_rank("pp"));
+    // Only the 3 tp groups and 4 dp groups of this rank's pp stage, not the root's 6 and 8.
+    const auto tp_groups = dp_tp->groups("tp");
+    ASSERT_EQ(tp_groups.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+      std::vector<int> want(4);
+      std::iota(want.begin(), want.end(), pp * 12 + static_cast<int>(i) * 4);
+      EXPECT_EQ(tp_groups[i], want);
+    }
+    const auto dp_groups = dp_tp->groups("dp");
+    ASSERT_EQ(dp_groups.size(), 4u);
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_EQ(dp_groups[i], (std::vector<int>{pp * 12 + i, pp * 12 + 4 + i, pp * 12 + 8 + i}));
+    }
+    // A non-contiguous slice: pp x tp at this rank's dp index.
+    const int dp = static_cast<int>(m->local_rank("dp"));
+    const auto pp_tp = m->slice({"pp", "tp"});
+    ASSERT_EQ(pp_tp->groups("pp").size(), 4u);
+    for (const auto& g : pp_tp->groups("pp")) EXPECT_EQ(g[1] - g[0], 12);
+    for (const auto& g : pp_tp->groups("tp")) EXPECT_EQ((g[0] % 12) / 4, dp);
+    EXPECT_EQ(m->groups("tp").size(), 6u);  // The root still lists all.
+    (void)world;
+  });
+}
+
+// A dim over the whole world in its order is the world itself, as in PyTorch: no second set of
+// connections between the same ranks.
+TEST(DeviceMesh, ADimSpanningTheWorldReusesTheWorldCommunicator) {
+  run_inproc(4, [](Communicator& world) {
+    auto one = init_device_mesh({4}, {"dp"});
+    EXPECT_EQ(&one->comm("dp"), &world);
+    EXPECT_EQ(one->communicators_created(), 0);
+    auto two = init_device_mesh({1, 4}, {"dp", "tp"});
+    EXPECT_EQ(&two->comm("tp"), &world);
+    EXPECT_NE(&two->comm("dp"), &world);
+    EXPECT_EQ(two->communicators_created(), 1);
+    std::vector<int64_t> x{world.rank()};
+    two->comm("tp").all_reduce(view(x))->wait();
+    EXPECT_EQ(x[0], 6);
+    // Another order is another communicator.
+    auto reversed = device_mesh_from_ranks(default_world(), "cpu", {4}, {3, 2, 1, 0}, {"r"});
+    EXPECT_NE(&reversed->comm("r"), &world);
+    EXPECT_EQ(reversed->comm("r").rank(), 3 - world.rank());
+  });
 }
 
 TEST(DeviceMeshValidation, RanksOutsideTheMeshHaveNoCoordinatesOrCommunicators) {
