@@ -872,7 +872,7 @@ std::shared_ptr<Communicator> Communicator::split(int color, int key, CommOption
       child.store_key = spec.store_key;
       child.name = spec.name;
       child.description = options.description;
-      child.mesh_dim = options.mesh_dim;
+      child.mesh_dim = options.mesh_dim.empty() ? info_->mesh_dim : options.mesh_dim;
       for (int r : members) child.global_ranks.push_back(info_->global_ranks[r]);
       child.rank = spec.rank;
       child.global_rank = global_rank();

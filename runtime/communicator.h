@@ -67,7 +67,9 @@ struct CommOptions {
   // Name in logs, errors and traces. Default: "<parent name>/split<N>.<color>".
   std::string name;
   std::string description;  // In dumps (PyTorch's pg_desc), e.g. "mesh_tp". Default: the name.
-  std::string mesh_dim;     // The mesh dim it serves, for tracing; empty for none.
+  // The mesh dim it serves, for tracing. Empty: the parent's (a split of a dim's communicator
+  // is part of that dim); none for splits of communicators outside a mesh.
+  std::string mesh_dim;
   std::chrono::milliseconds timeout{0};  // Default op timeout; 0 (or less) inherits the parent's.
   // The new communicator's backend ("gloo", "mpi", "nccl"); empty: the parent's. Like PyTorch's
   // backend_override.

@@ -325,6 +325,32 @@ TEST_F(AnalyzerTest, ADumplessRankDoesNotHideAClearVerdict) {
   EXPECT_FALSE(report.findings[1].root);
 }
 
+// Rank 0 was killed inside dp all_reduce #3: the verdict names the op it died in, as its peer's
+// own error does ("all_reduce #3: rank 0 exited"), not only that it left no dump.
+TEST_F(AnalyzerTest, AKilledRankIsNamedWithTheOpItDiedIn) {
+  FrJob job = testing::dp_tp_job(2, 2);
+  for (int s = 0; s < 2; ++s) {
+    job.collective("mesh0/tp", "all_reduce", 256);
+    job.collective("mesh0/dp", "all_reduce", 1024);
+  }
+  job.call(2, "mesh0/dp", "all_reduce", 1024, "started");
+  job.write(dir_, "fr_", {1, 2, 3});
+  const Report report = analyze({.prefix = "", .allow_incomplete_ranks = true, .threads = 0});
+  const auto missing =
+      std::find_if(report.findings.begin(), report.findings.end(),
+                   [](const Finding& f) { return f.kind == FindingKind::kMissingDump; });
+  ASSERT_NE(missing, report.findings.end()) << describe(report);
+  EXPECT_EQ(missing->culprit_ranks, std::vector<int>{0});
+  EXPECT_EQ(missing->op, "all_reduce");
+  EXPECT_EQ(missing->seq, 3);
+  EXPECT_EQ(missing->group, "mesh0/dp");
+  EXPECT_EQ(missing->mesh_dim, "dp");
+  EXPECT_NE(missing->detail.find("last seen in all_reduce #3 on dim dp (group mesh0/dp [0, 2]; "
+                                 "rank 2 entered it and never finished)"),
+            std::string::npos)
+      << missing->detail;
+}
+
 // Rank 0 waits in group a for rank 1, which waits in group b for rank 0: neither finding follows
 // from the other alone; both are reported as roots of one deadlock.
 TEST_F(AnalyzerTest, WaitCycleIsADeadlock) {

@@ -611,6 +611,20 @@ TEST(DeviceMesh, SliceGroupsStayInsideThisRanksSubMesh) {
   });
 }
 
+// A split of a dim's communicator is part of that dim: its records and findings carry it.
+TEST(DeviceMesh, ASplitOfADimCommunicatorKeepsItsMeshDim) {
+  run_inproc(4, [](Communicator& world) {
+    auto m = init_device_mesh({2, 2}, {"dp", "tp"});
+    auto nested = m->comm("dp").split(0, world.rank());
+    EXPECT_EQ(nested->info()->mesh_dim, "dp");
+    CommOptions options;
+    options.mesh_dim = "other";
+    auto named = m->comm("dp").split(0, world.rank(), options);
+    EXPECT_EQ(named->info()->mesh_dim, "other");
+    EXPECT_EQ(world.split(0, world.rank())->info()->mesh_dim, "");
+  });
+}
+
 // A dim over the whole world in its order is the world itself, as in PyTorch: no second set of
 // connections between the same ranks.
 TEST(DeviceMesh, ADimSpanningTheWorldReusesTheWorldCommunicator) {

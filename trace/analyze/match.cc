@@ -766,20 +766,55 @@ class Matcher {
           std::any_of(g.member_dump.begin(), g.member_dump.end(), [](int32_t d) { return d < 0; });
       if (has && (best == nullptr || g.ranks.size() > best->ranks.size())) best = &g;
     }
+    // Where it was last seen: the oldest op its peers issued with it and never finished is the
+    // one it died in (or left), as the survivors' own errors say.
+    const Pending* last = nullptr;
+    size_t last_dump = 0;
+    for (size_t di = 0; di < m_.dumps.size(); ++di) {
+      for (const Pending& p : m_.states[di].pending) {
+        const Group& g = m_.groups[p.key.group];
+        const bool with_missing = std::any_of(missing.begin(), missing.end(), [&](int r) {
+          return std::binary_search(g.ranks.begin(), g.ranks.end(), r);
+        });
+        if (!with_missing) continue;
+        const int64_t ns = m_.dumps[di].entries[p.entry].time_created_ns;
+        if (last == nullptr || ns < m_.dumps[last_dump].entries[last->entry].time_created_ns) {
+          last = &p;
+          last_dump = di;
+        }
+        break;  // Oldest first: this dump's later pending ops follow from it.
+      }
+    }
+    std::string seen, op;
+    if (last != nullptr) {
+      std::vector<int> waiting;
+      for (size_t di = 0; di < m_.dumps.size(); ++di) {
+        for (const Pending& p : m_.states[di].pending) {
+          if (p.key == last->key) waiting.push_back(m_.dumps[di].rank);
+        }
+      }
+      std::sort(waiting.begin(), waiting.end());
+      best = &m_.groups[last->key.group];
+      const RankDump& dump = m_.dumps[last_dump];
+      op = std::string(m_.type_name(dump.entries[last->entry]));
+      seen = fmt::format(", last seen in {} {}", op_phrase(last->key, op, dump.rank),
+                         m_.where(last->key.group, fmt::format("{} entered it and never finished",
+                                                               ranks_phrase(waiting))));
+    }
     Draft& d = m_.drafts.emplace_back();
     d.finding = Finding{
         .kind = FindingKind::kMissingDump,
         .group = best != nullptr ? best->name : "",
         .group_ranks = best != nullptr ? best->ranks : std::vector<int>{},
         .mesh_dim = best != nullptr ? best->mesh_dim : std::nullopt,
-        .seq = std::nullopt,
-        .op = "",
+        .seq = last != nullptr ? std::optional<int64_t>(last->key.seq) : std::nullopt,
+        .op = op,
         .culprit_ranks = missing,
         .missing_ranks = missing,
         .detail = fmt::format(
-            "no dump from {}: {} may have crashed or exited before dumping; ops involving {} were "
-            "judged from the other ranks' records only",
-            ranks_phrase(missing), missing.size() == 1 ? "it" : "they",
+            "no dump from {}: {} may have crashed or exited before dumping{}; ops involving {} "
+            "were judged from the other ranks' records only",
+            ranks_phrase(missing), missing.size() == 1 ? "it" : "they", seen,
             missing.size() == 1 ? "it" : "them"),
         .root = true,
         .divergence = std::nullopt};
