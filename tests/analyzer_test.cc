@@ -325,6 +325,60 @@ TEST_F(AnalyzerTest, ADumplessRankDoesNotHideAClearVerdict) {
   EXPECT_FALSE(report.findings[1].root);
 }
 
+// A 2 x 2 dp x tp job, each step {tp all_reduce; dp all_reduce}; from step 5 rank 3 skips its tp
+// all_reduce and goes on with dp. The waits close into a cycle (2 -> 3 -> 1 -> 0 -> 2), but only
+// rank 3 completed ops past the point where its tp peer waits for it: it is the one root.
+TEST_F(AnalyzerTest, ARankThatSkipsOneDimAndGoesOnIsTheCulpritNotACycle) {
+  FrJob job = testing::dp_tp_job(2, 2);
+  for (int s = 0; s < 4; ++s) {
+    job.collective("mesh0/tp", "all_reduce", 256);
+    job.collective("mesh0/dp", "all_reduce", 1024);
+  }
+  // Step 5: tp #5 completes on ranks 0 and 1; rank 2 waits in it for rank 3, which skips it.
+  for (const int r : {0, 1}) job.call(r, "mesh0/tp", "all_reduce", 256);
+  job.call(2, "mesh0/tp", "all_reduce", 256, "started");
+  // dp #5: ranks 1 and 3 complete it; rank 0 waits for rank 2.
+  for (const int r : {1, 3}) job.call(r, "mesh0/dp", "all_reduce", 1024);
+  job.call(0, "mesh0/dp", "all_reduce", 1024, "started");
+  // Step 6: rank 1 waits in tp #6 for rank 0; rank 3 skips tp again and waits in dp #6.
+  job.call(1, "mesh0/tp", "all_reduce", 256, "started");
+  job.call(3, "mesh0/dp", "all_reduce", 1024, "started");
+  job.write(dir_);
+  const Report report = analyze();
+  EXPECT_EQ(root_blame(report), std::vector<int>{3}) << describe(report);
+  const auto root = std::find_if(report.findings.begin(), report.findings.end(),
+                                 [](const Finding& f) { return f.root; });
+  ASSERT_NE(root, report.findings.end());
+  EXPECT_EQ(root->group, "mesh0/tp");
+  EXPECT_EQ(root->mesh_dim, "tp");
+  EXPECT_EQ(root->seq, 5);
+  EXPECT_NE(root->detail.find("rank 3 skipped all_reduce #5"), std::string::npos) << root->detail;
+  EXPECT_NE(root->detail.find("completed 2 ops elsewhere (dp all_reduce #4, dp all_reduce #5)"),
+            std::string::npos)
+      << root->detail;
+  EXPECT_EQ(root->detail.find("cycle"), std::string::npos) << root->detail;
+  for (const Finding& f : report.findings) {
+    EXPECT_EQ(f.detail.find("form a cycle"), std::string::npos) << describe(report);
+  }
+}
+
+// The same waits without anyone going on (ranks 0 and 1 call a and b in opposite orders): a real
+// deadlock, both roots.
+TEST_F(AnalyzerTest, OppositeOrdersStayADeadlockWithoutAGoOnCulprit) {
+  FrJob job = world_job(2);
+  job.add_group({"a", "a", {0, 1}, std::nullopt});
+  job.add_group({"b", "b", {0, 1}, std::nullopt});
+  job.collective("world", "all_reduce", 4);
+  job.call(0, "a", "all_reduce", 4, "started");
+  job.call(1, "b", "all_reduce", 4, "started");
+  job.write(dir_);
+  const Report report = analyze();
+  EXPECT_EQ(root_blame(report), (std::vector<int>{0, 1})) << describe(report);
+  for (const Finding& f : report.findings) {
+    EXPECT_EQ(f.detail.find("skipped"), std::string::npos) << f.detail;
+  }
+}
+
 // Rank 0 was killed inside dp all_reduce #3: the verdict names the op it died in, as its peer's
 // own error does ("all_reduce #3: rank 0 exited"), not only that it left no dump.
 TEST_F(AnalyzerTest, AKilledRankIsNamedWithTheOpItDiedIn) {

@@ -184,8 +184,10 @@ TEST_F(LiveDiagnosis, RankStuckInUserCode) {
 TEST_F(LiveDiagnosis, RankSkipsACollective) {
   seen_ = run_stalled("skip");
   expect_in_time(seen_);
-  EXPECT_NE(seen_.verdict.find(": mesh0/tp all_reduce #3 (dim tp) — rank 3 has not entered it; "
-                               "rank 3 last completed mesh0/pp broadcast #3"),
+  // It went on past the op (its pp broadcast #3 completed): it skipped it, not merely late.
+  EXPECT_NE(seen_.verdict.find(": mesh0/tp all_reduce #3 (dim tp) — rank 3 skipped it and went "
+                               "on with other ops while its peers wait in it; rank 3 last "
+                               "completed mesh0/pp broadcast #3"),
             std::string::npos)
       << seen_.verdict;
 }

@@ -88,8 +88,10 @@ struct Finding {
   std::string op;                       // "all_reduce", "send", ...; empty for missing_dump.
   std::vector<int> culprit_ranks;
   std::vector<int> missing_ranks;
-  std::string detail;  // One or two sentences in mesh terms.
-  bool root = true;    // False when the finding follows from another one (a consequence).
+  std::string detail;    // One or two sentences in mesh terms.
+  bool root = true;      // False when the finding follows from another one (a consequence).
+  bool cycle = false;    // One of the waits of a cycle (a deadlock): each root of it is a cause.
+  bool skipped = false;  // not_joined: the culprit skipped the op and went on (explain.cc).
   std::optional<Divergence> divergence;  // Root not_joined and type/size/dtype mismatches.
 };
 

@@ -212,6 +212,64 @@ class Explainer {
 
   // ---- causes -------------------------------------------------------------------------------
 
+  // Index in `rank`'s dump of the first entry of its op `seq` in global group `group`; -1 when
+  // it has no record of it.
+  int64_t entry_of(int rank, uint32_t group, int64_t seq) const {
+    const Group& g = m_.groups[group];
+    const auto pos = std::lower_bound(g.ranks.begin(), g.ranks.end(), rank);
+    if (pos == g.ranks.end() || *pos != rank) return -1;
+    const size_t m = pos - g.ranks.begin();
+    if (g.member_dump[m] < 0 || g.member_slot[m] < 0) return -1;
+    const RankGroup& rg = m_.states[g.member_dump[m]].groups[g.member_slot[m]];
+    const CollOp* op = rg.find(seq);
+    return op == nullptr ? -1 : rg.first_entry(*op);
+  }
+
+  // Whether `rank`, which never issued collective `d`, completed more ops elsewhere after its
+  // previous op in that group than an issuer did before entering it: in a program every rank
+  // runs alike, it then skipped the op and went on. Ranks that are merely blocked elsewhere (a
+  // real deadlock) completed nothing past that point. Returns the evidence, or "" for none.
+  std::string went_on_past(const Draft& d, int rank) const {
+    const RankDump* rd = m_.dump_of(rank);
+    if (rd == nullptr || d.issuers.empty() || d.key.seq < 1) return "";
+    const int32_t rdi = m_.dump_of_rank[rank];
+    const int64_t r_prev = d.key.seq == 1 ? -1 : entry_of(rank, d.key.group, d.key.seq - 1);
+    if (r_prev < 0 && (d.key.seq > 1 || rd->wrapped())) return "";  // Lost history: no claim.
+    int64_t went = 0;
+    std::vector<std::string> done;
+    for (size_t i = static_cast<size_t>(r_prev + 1); i < rd->entries.size(); ++i) {
+      const DumpEntry& e = rd->entries[i];
+      const uint32_t g = m_.states[rdi].global_group[e.group];
+      if (g == d.key.group) return "";  // It called this group again: a mismatch, not a skip.
+      if (e.state != EntryState::kCompleted) continue;
+      ++went;
+      if (done.size() < 3) {
+        const std::string dim = m_.groups[g].mesh_dim.value_or(m_.groups[g].name);
+        done.push_back(fmt::format("{} {} #{}", dim, m_.type_name(e),
+                                   e.is_p2p ? e.p2p_seq : e.collective_seq));
+      }
+    }
+    // The fewest ops an issuer ran between its previous op here and this one.
+    int64_t fewest = INT64_MAX;
+    int fewest_rank = -1;
+    for (const int w : d.issuers) {
+      const RankDump* wd = m_.dump_of(w);
+      const int64_t w_at = entry_of(w, d.key.group, d.key.seq);
+      const int64_t w_prev = d.key.seq == 1 ? -1 : entry_of(w, d.key.group, d.key.seq - 1);
+      if (wd == nullptr || w_at < 0 || (w_prev < 0 && (d.key.seq > 1 || wd->wrapped()))) continue;
+      if (w_at - w_prev - 1 < fewest) {
+        fewest = w_at - w_prev - 1;
+        fewest_rank = w;
+      }
+    }
+    if (fewest_rank < 0 || went <= fewest) return "";
+    return fmt::format(
+        "rank {} went on past it: after its previous op in this group it completed {} op{} "
+        "elsewhere ({}{}), where rank {} ran {} before entering it",
+        rank, went, went == 1 ? "" : "s", fmt::join(done, ", "), went > 3 ? ", ..." : "",
+        fewest_rank, fewest);
+  }
+
   void find_causes() {
     std::vector<Draft>& drafts = m_.drafts;
     for (size_t i = 0; i < drafts.size(); ++i) {
@@ -234,6 +292,19 @@ class Explainer {
       } else {
         d.finding.culprit_ranks = missing;
         d.follow = missing;
+        // A missing rank that went on past this op is no victim of its own wait: it skipped the
+        // op, and whatever it waits in now follows from that (the wait chain would otherwise
+        // close into a cycle of four equal "causes").
+        if (d.key.src < 0) {
+          for (const int r : missing) {
+            if (std::string why = went_on_past(d, r); !why.empty()) {
+              d.follow.clear();
+              d.finding.culprit_ranks = {r};
+              d.went_on = std::move(why);
+              break;
+            }
+          }
+        }
       }
     }
     // Follow waits: a finding whose ranks all wait in ops with findings of their own is a
@@ -377,6 +448,9 @@ class Explainer {
       } else if (f.culprit_ranks != f.missing_ranks) {
         f.detail = fmt::format("{} issued {} that {} never called; {}", ranks_phrase(d.issuers),
                                d.what, ranks_phrase(f.missing_ranks), doing_now);
+      } else if (!d.went_on.empty()) {
+        f.detail = fmt::format("rank {} skipped {} (issued by {}): {}; {}", f.culprit_ranks.front(),
+                               d.what, ranks_phrase(d.issuers), d.went_on, doing_now);
       } else {
         f.detail =
             fmt::format("{} did not join {} (issued by {}); {}", ranks_phrase(f.missing_ranks),
@@ -551,7 +625,11 @@ class Explainer {
                                               drafts[i].key.dst, f.kind);
     };
     std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return key(a) < key(b); });
-    for (const size_t i : order) out.findings.push_back(std::move(drafts[i].finding));
+    for (const size_t i : order) {
+      drafts[i].finding.cycle = drafts[i].cycle;
+      drafts[i].finding.skipped = !drafts[i].went_on.empty();
+      out.findings.push_back(std::move(drafts[i].finding));
+    }
     return out;
   }
 

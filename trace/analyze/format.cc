@@ -261,6 +261,8 @@ std::string format_json(const Report& report) {
     j["missing_ranks"] = f.missing_ranks;
     j["detail"] = f.detail;
     j["root"] = f.root;
+    j["cycle"] = f.cycle;
+    j["skipped"] = f.skipped;
     j["divergence"] = f.divergence ? divergence_json(*f.divergence) : nullptr;
     out["findings"].push_back(std::move(j));
   }

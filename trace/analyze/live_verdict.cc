@@ -69,6 +69,10 @@ std::string what_went_wrong(const Finding& f) {
   std::sort(culprits.begin(), culprits.end());
   std::sort(missing.begin(), missing.end());
   const bool p2p = f.op == "send" || f.op == "recv";
+  if (f.kind == FindingKind::kNotJoined && f.skipped && !culprits.empty()) {
+    return fmt::format("rank {} skipped it and went on with other ops while its peers wait in it",
+                       culprits.front());
+  }
   if (f.kind == FindingKind::kNotJoined && !p2p) {
     if (culprits.empty() || culprits == missing) {
       return fmt::format("{} {} not entered it", ranks_phrase(missing),
@@ -158,6 +162,18 @@ std::string live_verdict(std::vector<RankDump> dumps, const std::vector<RankProg
   if (f->seq) line += fmt::format(" #{}", *f->seq);
   if (f->mesh_dim) line += fmt::format(" (dim {})", *f->mesh_dim);
   line += fmt::format(" — {}", what_went_wrong(*f));
+  if (f->cycle) {
+    // A deadlock has no single culprit: say so, with every rank on the cycle.
+    std::vector<int> on_cycle;
+    for (const Finding& g : report.findings) {
+      if (!g.cycle || !g.root) continue;
+      on_cycle.insert(on_cycle.end(), g.culprit_ranks.begin(), g.culprit_ranks.end());
+      on_cycle.insert(on_cycle.end(), g.missing_ranks.begin(), g.missing_ranks.end());
+    }
+    std::sort(on_cycle.begin(), on_cycle.end());
+    on_cycle.erase(std::unique(on_cycle.begin(), on_cycle.end()), on_cycle.end());
+    line += fmt::format("; a cycle of waits (a deadlock) among {}", ranks_phrase(on_cycle));
+  }
   std::vector<int> culprits = f->culprit_ranks;
   std::sort(culprits.begin(), culprits.end());
   if (!culprits.empty()) {

@@ -108,6 +108,9 @@ struct Draft {
   // The fresh-channel op blamed on its issuer (the wrong peer): a cycle of waits was traced to
   // it, or another rank's p2p op waits on its issuer while its peer waits on nothing.
   bool wrong_peer = false;
+  // not_joined: the evidence that the missing rank skipped the op and went on (see
+  // explain.cc); empty when it did not.
+  std::string went_on;
 };
 
 // What matching learned of a job, for explain.h.
