@@ -750,9 +750,9 @@ Check check_open_files(rlim_t soft, rlim_t hard) {
   };
   json data = {{"soft", soft == RLIM_INFINITY ? json(nullptr) : json(soft)},
                {"hard", hard == RLIM_INFINITY ? json(nullptr) : json(hard)}};
-  const std::string detail = fmt::format("soft {}, hard {}", text(soft), text(hard));
+  const std::string detail = fmt::format("ulimit -n: soft {}, hard {}", text(soft), text(hard));
   if (soft != RLIM_INFINITY && soft < kMinOpenFiles) {
-    return make("limits", "open files (nofile)", CheckStatus::kWarn,
+    return make("limits", "open files", CheckStatus::kWarn,
                 detail + ": Gloo holds a socket per peer per communicator",
                 hard == RLIM_INFINITY || hard >= kMinOpenFiles
                     ? fmt::format("raise it before the job: ulimit -n {}", text(hard))
@@ -761,22 +761,23 @@ Check check_open_files(rlim_t soft, rlim_t hard) {
                                   kMinOpenFiles),
                 data);
   }
-  return make("limits", "open files (nofile)", CheckStatus::kOk, detail, "", data);
+  return make("limits", "open files", CheckStatus::kOk, detail, "", data);
 }
 
 Check check_locked_memory(rlim_t soft, bool nccl_usable) {
   const std::string value =
-      soft == RLIM_INFINITY ? std::string("unlimited") : human_bytes(static_cast<uint64_t>(soft));
+      "ulimit -l: " +
+      (soft == RLIM_INFINITY ? std::string("unlimited") : human_bytes(static_cast<uint64_t>(soft)));
   json data = {{"soft_bytes", soft == RLIM_INFINITY ? json(nullptr) : json(soft)}};
   if (soft == RLIM_INFINITY) {
-    return make("limits", "locked memory (memlock)", CheckStatus::kOk, value, "", data);
+    return make("limits", "locked memory", CheckStatus::kOk, value, "", data);
   }
   if (nccl_usable) {
-    return make("limits", "locked memory (memlock)", CheckStatus::kWarn,
+    return make("limits", "locked memory", CheckStatus::kWarn,
                 value + ": NCCL over InfiniBand/RoCE pins its buffers",
                 "ulimit -l unlimited (docker: --ulimit memlock=-1) on hosts with RDMA NICs", data);
   }
-  return make("limits", "locked memory (memlock)", CheckStatus::kOk,
+  return make("limits", "locked memory", CheckStatus::kOk,
               value + " (matters only to NCCL and MPI over RDMA)", "", data);
 }
 

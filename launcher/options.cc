@@ -229,7 +229,7 @@ ParsedCommandLine parse_doctor(int argc, const char* const* argv) {
       "Runs meshrt-selftest, found next to meshrun, then on PATH.",
       "meshrun doctor"};
   app.footer(
-      "Exit status: 0 when nothing failed (WARN and SKIP lines do not fail), 1 when a check "
+      "Exit status: 0 when nothing failed (WARN and SKIP lines do not fail), 1 when a check\n"
       "failed (its line says what to do), 2 on a usage error.");
   app.add_flag("--json", o.json, "print one JSON object (checks, verdict) instead of the report");
   app.add_flag("--no-self-test", no_self_test,
@@ -248,7 +248,7 @@ ParsedCommandLine parse_doctor(int argc, const char* const* argv) {
     usage_error(fmt::format("doctor: {}", e.what()));
   }
   o.self_test = !no_self_test;
-  o.self_test_timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  o.self_test_timeout = std::max(to_ms(timeout_s), std::chrono::milliseconds(1));
   return parsed;
 }
 

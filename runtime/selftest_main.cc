@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <gloo/config.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
