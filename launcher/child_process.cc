@@ -122,7 +122,7 @@ std::vector<std::string> current_environment() {
 }
 
 CapturedRun run_captured(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                         std::chrono::milliseconds timeout) {
+                         std::chrono::milliseconds timeout, std::chrono::milliseconds grace) {
   using Clock = std::chrono::steady_clock;
   using std::chrono::milliseconds;
   CapturedRun run;
@@ -147,7 +147,12 @@ CapturedRun run_captured(const std::vector<std::string>& argv, const std::vector
   }
   const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
   run.timed_out = left.count() <= 0 && !child.poll();
-  run.status = child.wait(std::max(left, milliseconds(0)));
+  if (run.timed_out && grace.count() > 0) {
+    child.signal_group(SIGTERM);
+    run.status = child.wait(grace);
+  } else {
+    run.status = child.wait(std::max(left, milliseconds(0)));
+  }
   return run;
 }
 

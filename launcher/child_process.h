@@ -70,9 +70,12 @@ struct CapturedRun {
 };
 
 // Runs `argv` with the environment `env` (stdin /dev/null), capturing its stdout and stderr,
-// and kills its process group once `timeout` has passed.
+// and kills its process group once `timeout` has passed: with SIGKILL at once, or, given a
+// `grace`, SIGTERM first and SIGKILL after the grace (a launcher then stops and reaps its own
+// children rather than leaving them to init).
 CapturedRun run_captured(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                         std::chrono::milliseconds timeout);
+                         std::chrono::milliseconds timeout,
+                         std::chrono::milliseconds grace = std::chrono::milliseconds(0));
 
 // Resolves a program name the way execvp would: unchanged when it contains '/', else the first
 // executable match in PATH; empty when there is none.

@@ -38,6 +38,9 @@ constexpr const char* kResultTag = "MESHRT_SELFTEST ";
 // The helper's --info is quick; the bound only guards against a wedged CUDA driver.
 constexpr milliseconds kInfoTimeout{30000};
 constexpr rlim_t kMinOpenFiles = 4096;
+// A self-test past its bound gets SIGTERM, so that meshrun or mpirun stop and reap their ranks,
+// and SIGKILL after this (meshrun's own grace before its SIGKILL is --grace-period, below).
+constexpr milliseconds kStopGrace{5000};
 // A mesh adds a segment per dim beside the world's; room for 3 dims is a comfortable job.
 constexpr uint64_t kShmWorldsWanted = 4;
 
@@ -590,10 +593,11 @@ std::vector<std::string> selftest_environment(const std::string& backend) {
 
 Check run_selftest(const std::string& backend, const std::string& how,
                    const std::vector<std::string>& argv, int ranks, milliseconds timeout) {
-  const CapturedRun run = run_captured(argv, selftest_environment(backend), timeout);
+  const CapturedRun run = run_captured(argv, selftest_environment(backend), timeout, kStopGrace);
   Check c = selftest_check(backend, how, run.output, run.status.exit_code, run.timed_out, ranks);
   if (run.timed_out) {
-    c.detail = fmt::format("no result within {} s; the job was killed", timeout.count() / 1000);
+    c.detail = fmt::format("{}: no result within {:g} s; the job was stopped", how,
+                           static_cast<double>(timeout.count()) / 1000);
   }
   return c;
 }
@@ -610,10 +614,14 @@ void selftest_checks(const DoctorOptions& options, const std::string& helper,
     return;
   }
   const milliseconds timeout = options.self_test_timeout;
-  out.push_back(run_selftest("gloo", "2 processes under meshrun --standalone",
-                             {self_path(), "--standalone", "--nproc-per-node", "2", "--status-port",
-                              "off", helper, "--rank"},
-                             2, timeout));
+  // Launched as meshrun launches any job: a store on a free port of 127.0.0.1, its token, the
+  // ranks' variables. No status page; a short grace when it is stopped at the bound.
+  const std::vector<std::string> under_meshrun = {
+      self_path(),     "--standalone", "--nproc-per-node", "2",
+      "--status-port", "off",          "--grace-period",   "2",
+      helper,          "--rank"};
+  out.push_back(
+      run_selftest("gloo", "2 processes under meshrun --standalone", under_meshrun, 2, timeout));
   out.push_back(
       run_selftest("inproc", "2 threads of one process", {helper, "--inproc"}, 2, timeout));
   if (!info->value("have_mpi", false)) {
@@ -637,9 +645,7 @@ void selftest_checks(const DoctorOptions& options, const std::string& helper,
                        "skipped: 1 CUDA device; 2 NCCL ranks need a device each"));
   } else {
     out.push_back(run_selftest("nccl", "2 processes under meshrun --standalone, devices 0 and 1",
-                               {self_path(), "--standalone", "--nproc-per-node", "2",
-                                "--status-port", "off", helper, "--rank"},
-                               2, timeout));
+                               under_meshrun, 2, timeout));
   }
 }
 
@@ -903,7 +909,7 @@ Check selftest_check(const std::string& backend, const std::string& how, const s
       "the error names the cause; `meshrun doctor --json` has the job's whole output";
   if (timed_out) {
     data["output_tail"] = tail(output, 4000);
-    return make("self-test", backend, CheckStatus::kFail, "no result in time; the job was killed",
+    return make("self-test", backend, CheckStatus::kFail, "no result in time; the job was stopped",
                 "rerun with MESHRT_LOG_LEVEL=info to see where it stops (a peer that never "
                 "connects: a firewall on loopback?)",
                 data);

@@ -1,8 +1,9 @@
 // `meshrun doctor` (launcher/doctor.h): its pure parts (verdicts, variable checks, the
 // self-test's result lines, the command line) as units, suite DoctorUnit; and the built meshrun
 // doctor on this host, suite DoctorHost: exit 0 with passing Gloo and in-process self-tests, its
-// /dev/shm figure against statvfs, a bad MESHRT_* value, a misspelt MESHRT_* name and a
-// MASTER_PORT this test holds. Every run is bounded by timeout(1).
+// /dev/shm figure against statvfs, a bad MESHRT_* value, a misspelt MESHRT_* name, a
+// MASTER_PORT this test holds, and a self-test stopped at its bound. Every run is bounded by
+// timeout(1).
 #include "launcher/doctor.h"
 
 #include <arpa/inet.h>
@@ -13,9 +14,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "launcher/options.h"
@@ -356,6 +361,45 @@ TEST(DoctorHost, MasterPortInUseIsReported) {
   const json* again = json_check(free_now, "rendezvous", "MASTER_PORT");
   ASSERT_NE(again, nullptr);
   EXPECT_EQ((*again)["status"], "OK") << again->dump();
+}
+
+// Live (not zombie) processes whose command line names meshrt-selftest.
+int live_selftests() {
+  int n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string pid = entry.path().filename().string();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream cmdline(entry.path() / "cmdline"), stat(entry.path() / "stat");
+    std::string args((std::istreambuf_iterator<char>(cmdline)), {});
+    std::string st((std::istreambuf_iterator<char>(stat)), {});
+    const size_t paren = st.rfind(')');
+    const char state = paren != std::string::npos && paren + 2 < st.size() ? st[paren + 2] : '?';
+    if (contains(args, "meshrt-selftest") && state != 'Z') ++n;
+  }
+  return n;
+}
+
+// A self-test that outlives --timeout is stopped, fails with the bound in its line, and leaves
+// no rank behind. 1 ms: no launcher starts its ranks that fast.
+TEST(DoctorHost, ASelfTestPastItsBoundIsStoppedAndFails) {
+  ASSERT_EQ(live_selftests(), 0) << "another meshrt-selftest is running";
+  int status = -1;
+  const json report = doctor_json("", "--timeout 0.001", &status);
+  EXPECT_EQ(status, 1) << report.dump(2);
+  for (const char* backend : {"gloo", "mpi"}) {
+    const json* c = json_check(report, "self-test", backend);
+    ASSERT_NE(c, nullptr) << backend;
+    if ((*c)["status"] == "SKIP") continue;  // No mpirun here.
+    EXPECT_EQ((*c)["status"], "FAIL") << c->dump(2);
+    EXPECT_TRUE(contains((*c)["detail"].get<std::string>(), "no result within 0.001 s"))
+        << c->dump(2);
+  }
+  // Ranks die with their launcher (PR_SET_PDEATHSIG), a moment after it.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (live_selftests() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(live_selftests(), 0);
 }
 
 }  // namespace
