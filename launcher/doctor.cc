@@ -537,8 +537,9 @@ void environment_checks(const std::optional<json>& info, std::vector<Check>& out
 
 // The environment of a self-test job: the user's meshrt settings (they are part of what is
 // tested), without the variables of a job this process may be in, without the interface choice,
-// so that every byte stays on loopback, and without the output paths, so that a self-test never
-// overwrites a real job's summaries, traces or dumps (--info checked their values).
+// so that every byte stays on loopback, without a fixed CUDA device (each NCCL rank takes its
+// local rank's), and without the output paths, so that a self-test never overwrites a real
+// job's summaries, traces or dumps (--info checked their values).
 std::vector<std::string> selftest_environment(const std::string& backend) {
   static const std::set<std::string> kDropped = {"RANK",
                                                  "WORLD_SIZE",
@@ -556,6 +557,7 @@ std::vector<std::string> selftest_environment(const std::string& backend) {
                                                  "MESHRT_RESTART_COUNT",
                                                  "MESHRT_BACKEND",
                                                  "MESHRT_GLOO_IFNAME",
+                                                 "MESHRT_CUDA_DEVICE",
                                                  "GLOO_SOCKET_IFNAME",
                                                  "PMIX_RANK",
                                                  "SLURM_PROCID",

@@ -95,6 +95,9 @@ class Buffer {
       check(cudaMemcpy(device_data_, host_.data(), host_.size() * sizeof(float),
                        cudaMemcpyHostToDevice),
             "cudaMemcpy");
+      // A copy from pageable memory may still be in flight when cudaMemcpy returns, and the
+      // communicator's stream does not wait for the default stream.
+      check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     }
 #endif
   }
