@@ -1,6 +1,7 @@
 #include "launcher/child_process.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -13,6 +14,8 @@
 #include <sstream>
 #include <system_error>
 #include <thread>
+
+#include "launcher/unique_fd.h"
 
 namespace meshrt::launcher {
 namespace {
@@ -116,6 +119,41 @@ std::vector<std::string> current_environment() {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
   return env;
+}
+
+CapturedRun run_captured(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                         std::chrono::milliseconds timeout, std::chrono::milliseconds grace) {
+  using Clock = std::chrono::steady_clock;
+  using std::chrono::milliseconds;
+  CapturedRun run;
+  SpawnOptions so;
+  so.argv = argv;
+  so.env = env;
+  Pipe out = make_pipe();
+  so.stdout_fd = out.write.get();
+  so.stderr_fd = out.write.get();
+  ChildProcess child(so);
+  out.write.reset();
+  const auto deadline = Clock::now() + timeout;
+  char buf[4096];
+  for (;;) {
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) break;
+    pollfd p{out.read.get(), POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+    const ssize_t n = ::read(out.read.get(), buf, sizeof(buf));
+    if (n <= 0) break;
+    run.output.append(buf, static_cast<size_t>(n));
+  }
+  const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+  run.timed_out = left.count() <= 0 && !child.poll();
+  if (run.timed_out && grace.count() > 0) {
+    child.signal_group(SIGTERM);
+    run.status = child.wait(grace);
+  } else {
+    run.status = child.wait(std::max(left, milliseconds(0)));
+  }
+  return run;
 }
 
 std::string find_program(const std::string& name) {

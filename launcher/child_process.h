@@ -62,6 +62,21 @@ std::string signal_name(int signal);
 // This process's environment as "NAME=value" entries.
 std::vector<std::string> current_environment();
 
+// What a bounded run of a program printed and how it ended (run_captured).
+struct CapturedRun {
+  std::string output;      // stdout and stderr together, in the order written.
+  ExitStatus status;       // SIGKILL when it was killed at the limit.
+  bool timed_out = false;  // It ran past the limit and its process group was killed.
+};
+
+// Runs `argv` with the environment `env` (stdin /dev/null), capturing its stdout and stderr,
+// and kills its process group once `timeout` has passed: with SIGKILL at once, or, given a
+// `grace`, SIGTERM first and SIGKILL after the grace (a launcher then stops and reaps its own
+// children rather than leaving them to init).
+CapturedRun run_captured(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                         std::chrono::milliseconds timeout,
+                         std::chrono::milliseconds grace = std::chrono::milliseconds(0));
+
 // Resolves a program name the way execvp would: unchanged when it contains '/', else the first
 // executable match in PATH; empty when there is none.
 std::string find_program(const std::string& name);

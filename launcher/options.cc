@@ -58,7 +58,12 @@ Exit status: 0 when every rank exited 0; 1 when the job failed; 2 on a usage err
 class Formatter : public CLI::Formatter {
  public:
   std::string make_usage(const CLI::App*, std::string name) const override {
-    return fmt::format("Usage: {} [OPTIONS] PROGRAM [ARGS...]\n", name);
+    return fmt::format(
+        "Usage: {0} [OPTIONS] PROGRAM [ARGS...]\n"
+        "       {0} doctor [--json] [--no-self-test] [--timeout S]   checks this host for meshrt "
+        "jobs\n"
+        "       (meshrun doctor --help)\n",
+        name);
   }
 };
 
@@ -209,8 +214,47 @@ SplitCommandLine split_command_line(const std::vector<std::string>& args, const 
   return out;
 }
 
+// `meshrun doctor [options]`: argv[0] is "doctor".
+ParsedCommandLine parse_doctor(int argc, const char* const* argv) {
+  ParsedCommandLine parsed;
+  DoctorOptions& o = parsed.doctor.emplace();
+  bool no_self_test = false;
+  double timeout_s = 60;
+  CLI::App app{
+      "meshrun doctor: checks that this host can run meshrt jobs, one line per check (OK, WARN,\n"
+      "FAIL, SKIP): meshrt's build and backends with their library versions, CUDA, network\n"
+      "interfaces and the one Gloo would use, /dev/shm, ulimits, MASTER_ADDR:MASTER_PORT, every\n"
+      "MESHRT_* and torchrun variable set and what meshrt makes of it, and a 2-rank all_reduce\n"
+      "self-test of each built backend on this host (loopback only), with its latency and busbw.\n"
+      "Runs meshrt-selftest, found next to meshrun, then on PATH.",
+      "meshrun doctor"};
+  app.footer(
+      "Exit status: 0 when nothing failed (WARN and SKIP lines do not fail), 1 when a check\n"
+      "failed (its line says what to do), 2 on a usage error.");
+  app.add_flag("--json", o.json, "print one JSON object (checks, verdict) instead of the report");
+  app.add_flag("--no-self-test", no_self_test,
+               "skip the 2-rank self-tests (the quick checks only)");
+  app.add_option("--timeout", timeout_s,
+                 "seconds each self-test job may run before it is killed and failed (default 60)")
+      ->check(number_check(false));
+  std::vector<const char*> cli_argv = {"meshrun doctor"};
+  for (int i = 1; i < argc; ++i) cli_argv.push_back(argv[i]);
+  try {
+    app.parse(static_cast<int>(cli_argv.size()), cli_argv.data());
+  } catch (const CLI::CallForHelp& e) {
+    parsed.exit_status = app.exit(e);
+    return parsed;
+  } catch (const CLI::ParseError& e) {
+    usage_error(fmt::format("doctor: {}", e.what()));
+  }
+  o.self_test = !no_self_test;
+  o.self_test_timeout = std::max(to_ms(timeout_s), std::chrono::milliseconds(1));
+  return parsed;
+}
+
 // parse_options without the error printing.
 ParsedCommandLine parse(int argc, const char* const* argv) {
+  if (argc >= 2 && std::string_view(argv[1]) == "doctor") return parse_doctor(argc - 1, argv + 1);
   ParsedCommandLine parsed;
   LaunchOptions& o = parsed.options;
   std::string nnodes = "1";

@@ -69,15 +69,26 @@ struct StreamRoute {
 // over --redirects, which defaults to both streams when --log-dir is given and none otherwise.
 StreamRoute route(const LaunchOptions& o, int local_rank, int stream);
 
-// The outcome of parse_options: run with `options`, or exit at once with `exit_status`
-// (0 after --help or --version, 2 after a usage error; the text is already printed).
+// `meshrun doctor [options]`: checks this host for meshrt jobs (launcher/doctor.h).
+struct DoctorOptions {
+  bool json = false;      // One JSON object for tools instead of the report.
+  bool self_test = true;  // Run the 2-rank all_reduce of each built backend.
+  // Bound of each self-test job (and of the helper's --info run); the child is killed after it.
+  std::chrono::milliseconds self_test_timeout{std::chrono::seconds(60)};
+};
+
+// The outcome of parse_options: run with `options` (or the doctor, when `doctor` is set), or
+// exit at once with `exit_status` (0 after --help or --version, 2 after a usage error; the text
+// is already printed).
 struct ParsedCommandLine {
   LaunchOptions options;
+  std::optional<DoctorOptions> doctor;
   std::optional<int> exit_status;
 };
 
-// Parses `meshrun [options] PROGRAM [ARGS...]`. Everything from PROGRAM on belongs to the
-// program. A usage error is one line on stderr ("meshrun: ...") and exit status 2.
+// Parses `meshrun [options] PROGRAM [ARGS...]`, or `meshrun doctor [options]` when the first
+// word is `doctor` (a program of that name runs as `./doctor`). Everything from PROGRAM on
+// belongs to the program. A usage error is one line on stderr ("meshrun: ...") and exit status 2.
 ParsedCommandLine parse_options(int argc, const char* const* argv);
 
 // CUDA devices a rank would see: the /dev/nvidia<N> nodes in `dev_dir`, narrowed by

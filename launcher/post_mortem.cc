@@ -87,34 +87,16 @@ std::string find_meshtrace(const std::string& exe_dir) {
 
 MeshtraceRun run_meshtrace(const std::string& meshtrace, const std::vector<std::string>& args,
                            milliseconds timeout) {
+  std::vector<std::string> argv = {meshtrace};
+  argv.insert(argv.end(), args.begin(), args.end());
   MeshtraceRun run;
-  SpawnOptions so;
-  so.argv = {meshtrace};
-  so.argv.insert(so.argv.end(), args.begin(), args.end());
-  run.command = fmt::format("{}", fmt::join(so.argv, " "));
-  Pipe out = make_pipe();
-  so.env = current_environment();
-  so.stdout_fd = out.write.get();
-  so.stderr_fd = out.write.get();
-  ChildProcess child(so);
-  out.write.reset();
-  const auto deadline = Clock::now() + timeout;
-  char buf[4096];
-  for (;;) {
-    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0) break;
-    pollfd p{out.read.get(), POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
-    const ssize_t n = ::read(out.read.get(), buf, sizeof(buf));
-    if (n <= 0) break;
-    run.output.append(buf, static_cast<size_t>(n));
-  }
-  const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
-  const ExitStatus status = child.wait(std::max(left, milliseconds(0)));
-  run.exit_code = status.exit_code;
-  if (status.signal != 0) {
-    run.output += fmt::format("\n(meshtrace killed by {}: limit {} ms)", signal_name(status.signal),
-                              timeout.count());
+  run.command = fmt::format("{}", fmt::join(argv, " "));
+  CapturedRun captured = run_captured(argv, current_environment(), timeout);
+  run.output = std::move(captured.output);
+  run.exit_code = captured.status.exit_code;
+  if (captured.status.signal != 0) {
+    run.output += fmt::format("\n(meshtrace killed by {}: limit {} ms)",
+                              signal_name(captured.status.signal), timeout.count());
   }
   return run;
 }

@@ -4,7 +4,8 @@
 # consumer includes only <meshrt/meshrt.h>: no Gloo, spdlog, fmt, Boost or JSON header may come
 # with it, and no header the install tree lacks. Nothing runs with LD_LIBRARY_PATH: the installed
 # binaries and libraries carry an $ORIGIN-relative RUNPATH, so a staged install in any prefix runs
-# as it lies (meshrun, meshtrace, meshrt-monitor, and a 2-rank job under the installed meshrun).
+# as it lies (meshrun, meshtrace, meshrt-monitor, a 2-rank job under the installed meshrun, and
+# meshrun doctor with its self-tests).
 # Usage: install_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build=$(realpath "$1")
@@ -58,6 +59,12 @@ if grep -q 'no meshrt-monitor' "$tmp/job.out" "$tmp"/job/attempt_0/rank_*.log; t
   echo "the installed meshrt-monitor was not found" >&2
   exit 1
 fi
+
+# meshrun doctor finds meshrt-selftest beside itself in bin/, which finds libmeshrt: every check
+# and both CPU self-tests pass from the staged tree.
+env -u LD_LIBRARY_PATH timeout 200 "$root/bin/meshrun" doctor >"$tmp/doctor.out" 2>&1 ||
+  { cat "$tmp/doctor.out"; exit 1; }
+grep -q '^  OK    meshrt-selftest ' "$tmp/doctor.out" || { cat "$tmp/doctor.out"; exit 1; }
 
 echo "--- cmake find_package"
 cmake -S "$src/tests/install" -B "$tmp/cmake" -DCMAKE_PREFIX_PATH="$root" -DCMAKE_BUILD_TYPE=Release >/dev/null

@@ -74,6 +74,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           *parsed.exit_status, args.size() - 1);
     return 0;
   }
+  if (parsed.doctor) {
+    // `meshrun doctor`: each self-test gets a positive bound.
+    check(parsed.doctor->self_test_timeout.count() >= 1, "accepted a self-test bound of {} ms",
+          parsed.doctor->self_test_timeout.count());
+    return 0;
+  }
   // Accepted: what meshrun's agent relies on without checking again.
   const meshrt::launcher::LaunchOptions& o = parsed.options;
   check(o.nnodes >= 1, "accepted {} nodes", o.nnodes);
