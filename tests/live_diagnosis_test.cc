@@ -260,7 +260,10 @@ TEST_F(LiveDiagnosis, StatusPageAndMeshtraceLiveNameTheStall) {
         "--virtual-time-budget=5000 --dump-dom ",
         chromium, (dir / "chromium").string());
     dom = run_command(browse + "'" + url + "' 2>/dev/null");
-    stacks = run_command(browse + "'" + url + "ranks/3/stacks' 2>/dev/null");
+    // The URL carries the job's token (?token=...): the stacks path goes before it.
+    const size_t query = url.find('?');
+    stacks = run_command(browse + "'" + url.substr(0, query) + "ranks/3/stacks" +
+                         url.substr(query) + "' 2>/dev/null");
   });
   expect_in_time(seen_);
   ASSERT_FALSE(url.empty()) << seen_.err;
@@ -279,7 +282,9 @@ TEST_F(LiveDiagnosis, StatusPageAndMeshtraceLiveNameTheStall) {
   ASSERT_NE(row3, std::string::npos) << dom;
   EXPECT_NE(dom.find("user code for", row3), std::string::npos) << dom;
   EXPECT_NE(dom.find("class=\"slow\">broadcast #3 running"), std::string::npos) << dom;
-  EXPECT_NE(dom.find("href=\"ranks/3/stacks\""), std::string::npos) << dom;
+  // Its links carry the token on (every request wants it).
+  EXPECT_NE(dom.find("href=\"ranks/3/stacks?token="), std::string::npos) << dom;
+  EXPECT_NE(url.find("?token="), std::string::npos) << url;
   // The stacks link: rank 3's main thread sleeps in run_rank (examples/stall.cc:40).
   EXPECT_NE(stacks.find("(main thread)"), std::string::npos) << stacks;
   EXPECT_NE(stacks.find("run_rank (../examples/stall.cc:40)"), std::string::npos) << stacks;
