@@ -240,11 +240,12 @@ TEST(LiveMetrics, TotalsPerCommOpAndSizeMergedByName) {
   EXPECT_EQ(j[1]["ops"], 2);
   EXPECT_EQ(j[1]["bytes"], 9096);
   EXPECT_EQ(j[1]["timed_ops"], 2);
-  EXPECT_EQ(j[1]["busbw_ops"], 2);
+  // all_reduce on 2 ranks: busbw = algbw (nccl-tests' factor 2(n-1)/n = 1), bytes over time.
+  EXPECT_NEAR(j[1]["busbw_bytes_per_second"].get<double>(), 9096 / 400.002e-6, 1.0);
   EXPECT_NEAR(j[1]["exec_seconds"].get<double>(), 400e-6, 1e-8);
   EXPECT_EQ(j[2]["comm"], "world");
-  EXPECT_EQ(j[2]["mesh_dim"], "world");  // The default group's label, never "unknown".
-  EXPECT_EQ(j[2]["busbw_ops"], 0);       // A barrier moves no bus bytes.
+  EXPECT_EQ(j[2]["mesh_dim"], "world");            // The default group's label, never "unknown".
+  EXPECT_EQ(j[2]["busbw_bytes_per_second"], 0.0);  // A barrier moves no bus bytes.
   EXPECT_EQ(m.rank_json(1).size(), 1u);
   EXPECT_EQ(m.rank_json(2).size(), 0u);
 }

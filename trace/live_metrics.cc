@@ -26,13 +26,6 @@ void LiveMetrics::enable() {
 void LiveMetrics::on_end(const OpRecord& r) {
   if (r.state != OpState::kCompleted || !r.comm) return;
   const int64_t ns = run_ns(r);
-  // Computed before the lock: the log is the costliest part, and needs nothing shared.
-  double busbw_ln = 0;
-  if (ns > 0) {
-    const double busbw = busbw_gbps(r.kind, static_cast<int>(r.comm->global_ranks.size()), r.bytes,
-                                    static_cast<double>(ns) / 1e3);
-    if (busbw > 0) busbw_ln = std::log(busbw * 1e9);
-  }
   const double seconds = static_cast<double>(ns) / 1e9;
   const size_t bucket =
       std::lower_bound(kExecTimeBucketsSeconds.begin(), kExecTimeBucketsSeconds.end(), seconds) -
@@ -49,12 +42,9 @@ void LiveMetrics::on_end(const OpRecord& r) {
   t.bytes += r.bytes;
   if (ns > 0) {
     ++t.timed_ops;
+    t.timed_bytes += r.bytes;
     t.exec_seconds += seconds;
     ++t.exec_buckets[bucket];
-  }
-  if (busbw_ln != 0) {
-    t.busbw_ln_sum += busbw_ln;
-    ++t.busbw_ops;
   }
 }
 
@@ -77,12 +67,17 @@ nlohmann::json LiveMetrics::rank_json(int rank) const {
       m.timed_ops += t.timed_ops;
       m.exec_seconds += t.exec_seconds;
       for (size_t i = 0; i < t.exec_buckets.size(); ++i) m.exec_buckets[i] += t.exec_buckets[i];
-      m.busbw_ln_sum += t.busbw_ln_sum;
-      m.busbw_ops += t.busbw_ops;
+      m.timed_bytes += t.timed_bytes;
+      m.kind = key.kind;
     }
   }
   nlohmann::json out = nlohmann::json::array();
   for (const auto& [name, t] : merged) {
+    // algbw = bytes / time over all the timed ops, times nccl-tests' factor on the group.
+    const double busbw = t.exec_seconds > 0
+                             ? bus_factor(t.kind, static_cast<int>(t.comm->global_ranks.size())) *
+                                   static_cast<double>(t.timed_bytes) / t.exec_seconds
+                             : 0.0;
     out.push_back({{"comm", t.comm->name},
                    {"mesh_dim", mesh_dim_label(*t.comm)},
                    {"nranks", t.comm->global_ranks.size()},
@@ -95,8 +90,7 @@ nlohmann::json LiveMetrics::rank_json(int rank) const {
                    {"timed_ops", t.timed_ops},
                    {"exec_seconds", t.exec_seconds},
                    {"exec_buckets", t.exec_buckets},
-                   {"busbw_ln_sum", t.busbw_ln_sum},
-                   {"busbw_ops", t.busbw_ops}});
+                   {"busbw_bytes_per_second", busbw}});
   }
   return out;
 }
@@ -170,8 +164,8 @@ void add_live_totals(Exposition& out, int rank, const nlohmann::json& totals) {
              "Op execution time in seconds, from start to completion (ops whose backend measured "
              "a start)");
   out.family("meshrt_bus_bandwidth_bytes_per_second", "gauge",
-             "Bus bandwidth in bytes per second (nccl-tests busbw on the op's group, geometric "
-             "mean since the rank started)");
+             "Bus bandwidth in bytes per second: the timed ops' bytes over their execution time "
+             "since the rank started, times nccl-tests' bus factor on the op's group");
   if (!totals.is_array()) return;
   for (const auto& t : totals) {
     try {
@@ -199,11 +193,8 @@ void add_live_totals(Exposition& out, int rank, const nlohmann::json& totals) {
       out.sample("meshrt_op_exec_time_seconds", "_sum", labels, t.at("exec_seconds").get<double>());
       out.sample("meshrt_op_exec_time_seconds", "_count", labels, static_cast<double>(below));
       // Ops that move no bus bytes (barriers) have no bandwidth: no sample rather than a 0.
-      const auto n = t.at("busbw_ops").get<uint64_t>();
-      if (n > 0) {
-        out.sample("meshrt_bus_bandwidth_bytes_per_second", "", labels,
-                   std::exp(t.at("busbw_ln_sum").get<double>() / static_cast<double>(n)));
-      }
+      const double busbw = t.at("busbw_bytes_per_second").get<double>();
+      if (busbw > 0) out.sample("meshrt_bus_bandwidth_bytes_per_second", "", labels, busbw);
     } catch (const nlohmann::json::exception&) {
       // A rank's malformed entry costs only that entry.
     }

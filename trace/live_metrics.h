@@ -24,7 +24,7 @@ namespace meshrt::trace {
 
 // Sink of the live totals. Registered by enable() (the watchdog does so when it has a job store
 // to publish progress to); costs an op one uncontended spin lock and a small map update in
-// on_end, nothing otherwise.
+// on_end (no floating-point maths beyond a bucket search: bandwidth is derived when published).
 class LiveMetrics : public Sink {
  public:
   // The process's instance (leaked: worker threads may deliver while statics are destroyed).
@@ -45,9 +45,10 @@ class LiveMetrics : public Sink {
   // Global rank `rank`'s totals as a JSON array, one object per (communicator name, op, size
   // bucket): comm, mesh_dim (mesh_dim_label()), nranks, backend, op, p2p, size_bytes (the
   // bucket's floor), ops, bytes, timed_ops, exec_seconds, exec_buckets (non-cumulative counts per
-  // kExecTimeBucketsSeconds bound, +Inf last), busbw_ln_sum and busbw_ops (for the geometric mean
-  // of busbw in bytes/s). Communicators of the same name (one destroyed, one re-created) are
-  // summed, so a series never splits. Called off the op path.
+  // kExecTimeBucketsSeconds bound, +Inf last) and busbw_bytes_per_second (the timed ops' bus
+  // bytes over their execution time, nccl-tests' factor on the group; 0 for ops that move none).
+  // Communicators of the same name (one destroyed, one re-created) are summed, so a series never
+  // splits. Called off the op path.
   nlohmann::json rank_json(int rank) const;
   // Drops every total (tests).
   void reset();
@@ -63,14 +64,14 @@ class LiveMetrics : public Sink {
   struct Totals {
     std::shared_ptr<const CommInfo> comm;
     std::string_view op;  // Static storage.
+    OpKind kind = OpKind::kBarrier;
     bool is_p2p = false;
     uint64_t ops = 0;
     uint64_t bytes = 0;
     uint64_t timed_ops = 0;
     double exec_seconds = 0;
     std::array<uint64_t, kExecTimeBucketsSeconds.size() + 1> exec_buckets{};
-    double busbw_ln_sum = 0;
-    uint64_t busbw_ops = 0;
+    uint64_t timed_bytes = 0;  // Bytes of the timed ops: busbw is derived off the op path.
   };
   // Sharded by communicator, so that the in-process backend's rank threads rarely meet on a lock.
   struct Shard {
@@ -111,7 +112,8 @@ class Exposition {
 
 // Adds one rank's totals (LiveMetrics::rank_json(), as published) to `out`: meshrt_ops_total,
 // meshrt_bytes_total, meshrt_op_exec_time_seconds (histogram) and
-// meshrt_bus_bandwidth_bytes_per_second, labelled rank, comm, mesh_dim, op and message_size.
+// meshrt_bus_bandwidth_bytes_per_second (only for ops that move bus bytes), labelled rank, comm,
+// mesh_dim, op and message_size.
 // Malformed entries are skipped.
 void add_live_totals(Exposition& out, int rank, const nlohmann::json& totals);
 
