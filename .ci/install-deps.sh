@@ -13,7 +13,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   slurmctld slurmd slurm-client  # tests/srun_test.sh runs a private Slurm on loopback
   chromium    # tests/viewer_test loads the scope-tree viewer in headless Chromium
-  prometheus  # tests/exports_test lints the Prometheus export with promtool
+  prometheus  # promtool lints the exports and /metrics; tests/prometheus_test.sh scrapes a job
   clang libclang-rt-14-dev  # .ci/fuzz.sh: libFuzzer, ASan and UBSan (tests/fuzz/)
   python3-torch  # tests/torchrun_test.sh (Debian's torchrun) and TorchStore against PyTorch's TCPStore
 )

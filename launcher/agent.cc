@@ -225,7 +225,8 @@ void Agent::remove_plumbing(const std::string& dir) {
     const fs::path& path = it->path();
     if (it->is_directory(ignored)) {
       dirs.push_back(path);
-    } else if (it->is_fifo(ignored) || path.filename() == "status_url") {
+    } else if (it->is_fifo(ignored) || path.filename() == "status_url" ||
+               path.filename() == "status_token") {
       fs::remove(path, ignored);
     }
   }
@@ -311,21 +312,27 @@ void Agent::start_status_server() {
   StatusServerOptions so;
   so.host = options_.status_host;
   so.port = *options_.status_port;
+  so.token = status_token_from_env_or_new();
   try {
     status_ = std::make_unique<StatusServer>(so, *board_);
   } catch (const std::exception& e) {
     say("{}; the job goes on without it", e.what());
     return;
   }
-  write_file(run_dir_ + "/status_url", status_->url() + "\n");
+  // The way in, for the job's owner only: the URL carries the token (meshtrace live reads the
+  // file too), and the token alone is what a Prometheus scrape config's credentials_file wants.
+  write_private_file(run_dir_ + "/status_url", status_->url() + "\n");
+  // No newline: the file is a credential as it stands (Prometheus sends its bytes as they are).
+  write_private_file(run_dir_ + "/status_token", status_->token());
   // Said at once to a person at a terminal; a job logging to files hears of it at its first stall.
   if (::isatty(STDERR_FILENO) == 1) say_status_url();
 }
 
 void Agent::say_status_url() {
   if (!status_ || status_url_said_.exchange(true)) return;
-  say("live status: {} (JSON: status.json; in a terminal: meshtrace live {})", status_->url(),
-      status_->url());
+  say("live status: {} (JSON: status.json, Prometheus: metrics; in a terminal: meshtrace live "
+      "{}; keep the token to yourself)",
+      status_->url(), status_->url());
 }
 
 AttemptOutcome Agent::run_attempt(int attempt) {

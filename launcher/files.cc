@@ -1,7 +1,11 @@
 #include "launcher/files.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -28,6 +32,26 @@ std::optional<std::string> read_file(const std::string& path) {
 
 bool write_file(const std::string& path, const std::string& contents) {
   return trace::write_file_atomically(path, contents);
+}
+
+bool write_private_file(const std::string& path, const std::string& contents) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  ::unlink(tmp.c_str());
+  // O_EXCL: a file someone else planted under the temp name is never written through.
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return false;
+  bool ok = ::fchmod(fd, 0600) == 0;
+  for (size_t done = 0; ok && done < contents.size();) {
+    const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    ok = n > 0;
+    if (ok) done += static_cast<size_t>(n);
+  }
+  ok = ::fsync(fd) == 0 && ok;
+  ok = ::close(fd) == 0 && ok;
+  ok = ok && ::rename(tmp.c_str(), path.c_str()) == 0;
+  if (!ok) ::unlink(tmp.c_str());
+  return ok;
 }
 
 std::string base_name(const std::string& path) {

@@ -13,6 +13,9 @@ std::optional<std::string> read_file(const std::string& path);
 // Writes `contents` atomically (trace/atomic_file.h: temp file, fsync, rename), so readers never
 // see a partial file; returns false on failure (no temp file is left).
 bool write_file(const std::string& path, const std::string& contents);
+// write_file for a secret: the file is created readable and writable by its owner only (0600)
+// before a byte is written, whatever the umask, and replaces `path` atomically.
+bool write_private_file(const std::string& path, const std::string& contents);
 // The part after the last '/'.
 std::string base_name(const std::string& path);
 // The part up to the last '/' ("." when there is none).

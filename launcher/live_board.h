@@ -37,6 +37,10 @@ class LiveBoard {
   void set_progress(std::vector<std::string> records);
   // A verdict printed; `active` false for a "stall cleared" line.
   void add_event(const std::string& line, bool active);
+  // The op the live monitor reported stalled, until clear_stall(): `group` is its communicator.
+  void set_stall(int rank, std::string group, std::string op, int64_t seq);
+  // The reported stall cleared.
+  void clear_stall();
 
   // Asks every rank of the attempt for a flight-recorder snapshot and waits up to `wait` for the
   // answers. Requests are serialised (a rank answers only the newest one it sees), and a set
@@ -47,6 +51,10 @@ class LiveBoard {
   // Everything above as the status JSON (docs/diagnosis.md gives its fields), times advanced to
   // `now_wall_ns`.
   std::string status_json(int64_t now_wall_ns) const;
+  // The job's Prometheus exposition (docs/diagnosis.md, "/metrics"): every rank's op totals from
+  // its progress record, and the board's gauges (rank state, op in flight and its age, the stall),
+  // as of each rank's latest record.
+  std::string metrics_text(int64_t now_wall_ns) const;
 
  private:
   struct Event {
@@ -64,6 +72,13 @@ class LiveBoard {
   std::vector<std::string> progress_;
   int64_t progress_wall_ns_ = 0;
   std::deque<Event> events_;  // The newest last; bounded.
+  struct Stall {
+    int rank = -1;  // -1: none.
+    std::string group;
+    std::string op;
+    int64_t seq = 0;
+  };
+  Stall stall_;
 
   std::mutex snapshot_mu_;  // Serialises snapshots(); never taken while holding mu_.
   Snapshots last_;

@@ -135,10 +135,12 @@ void LiveMonitor::loop() {
                         stalled->op, stalled->seq, stalled->rank);
         say_(line);
         board_.add_event(line, false);
+        board_.clear_stall();
         stalled.reset();
       }
       if (over && !stalled) {
         stalled = longest;
+        board_.set_stall(longest.rank, longest.group, longest.op, longest.seq);
         const std::string line = verdict(longest, records);
         say_(line);
         board_.add_event(line, true);

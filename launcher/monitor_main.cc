@@ -90,6 +90,7 @@ int main(int argc, char** argv) {
       StatusServerOptions so;
       so.host = status_host;
       so.port = static_cast<uint16_t>(std::stoi(status_port));
+      so.token = status_token_from_env_or_new();
       try {
         server = std::make_unique<StatusServer>(so, board);
         if (::isatty(STDERR_FILENO) == 1) say_url(server.get());

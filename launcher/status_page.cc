@@ -3,8 +3,8 @@
 namespace meshrt::launcher {
 
 std::string_view status_page_html() {
-  // The token of a page bound beyond loopback comes in the page's own URL (?token=...); every
-  // request of the script passes it on.
+  // The job's token comes in the page's own URL (?token=...), which only the job's owner has;
+  // every request of the script passes it on.
   static constexpr std::string_view kPage = R"html(<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>meshrun: live status</title>
 <style>

@@ -9,6 +9,7 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <cctype>
 #include <charconv>
 #include <list>
 #include <mutex>
@@ -18,6 +19,7 @@
 
 #include "launcher/status_page.h"
 #include "runtime/store/store_auth.h"
+#include "trace/env.h"
 
 namespace meshrt::launcher {
 namespace {
@@ -51,6 +53,23 @@ std::string_view query_value(std::string_view query, std::string_view name) {
     query.remove_prefix(amp + 1);
   }
   return {};
+}
+
+// Whether the request carries `token`: as ?token= or as "Authorization: Bearer <token>" (the
+// scheme's name in any case, as RFC 9110 has it). An empty `token` is never matched: the server
+// always has one.
+bool has_token(const std::string& token, std::string_view query, std::string_view authorization) {
+  if (token.empty()) return false;
+  if (constant_time_equal(query_value(query, "token"), token)) return true;
+  constexpr std::string_view kBearer = "bearer ";
+  if (authorization.size() <= kBearer.size()) return false;
+  for (size_t i = 0; i < kBearer.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(authorization[i])) != kBearer[i]) return false;
+  }
+  std::string_view given = authorization.substr(kBearer.size());
+  while (!given.empty() && given.front() == ' ') given.remove_prefix(1);
+  while (!given.empty() && (given.back() == ' ' || given.back() == '\t')) given.remove_suffix(1);
+  return constant_time_equal(given, token);
 }
 
 // "/ranks/<n>/<what>" -> n and what; false for any other path.
@@ -119,19 +138,30 @@ std::string stacks_text(const std::string& snapshot_json) {
   return out;
 }
 
+std::string status_token_from_env_or_new() {
+  const auto fixed = trace::env::get({"MESHRT_STATUS_TOKEN"});
+  return fixed && !fixed->empty() ? *fixed : generate_store_token();
+}
+
 HttpReply answer_status_request(LiveBoard& board, const StatusServerOptions& options,
-                                std::string_view method, std::string_view target) {
+                                std::string_view method, std::string_view target,
+                                std::string_view authorization) {
   if (method != "GET" && method != "HEAD") return text_reply(405, "only GET and HEAD");
   const size_t q = target.find('?');
   const std::string_view path = target.substr(0, q);
   const std::string_view query = q == std::string_view::npos ? "" : target.substr(q + 1);
-  if (!options.token.empty() && !constant_time_equal(query_value(query, "token"), options.token)) {
-    return text_reply(403, "this status page wants the token of its URL (?token=...)");
+  if (!has_token(options.token, query, authorization)) {
+    return text_reply(403,
+                      "this status server wants the job's token: the ?token=... of the URL meshrun "
+                      "printed (or <log dir>/status_url), or an 'Authorization: Bearer' header");
   }
   if (path == "/" || path == "/index.html") {
     return {200, "text/html; charset=utf-8", std::string(status_page_html())};
   }
   if (path == "/status.json") return {200, "application/json", board.status_json(wall_now_ns())};
+  if (path == "/metrics") {
+    return {200, "text/plain; version=0.0.4; charset=utf-8", board.metrics_text(wall_now_ns())};
+  }
   int rank = 0;
   std::string_view what;
   if (parse_rank_path(path, &rank, &what)) return rank_reply(board, options, rank, what);
@@ -197,7 +227,8 @@ struct StatusServer::Impl {
       const auto& req = parser.get();
       HttpReply reply = ec ? text_reply(400, fmt::format("bad request: {}", ec.message()))
                            : answer_status_request(board, options, as_view(req.method_string()),
-                                                   as_view(req.target()));
+                                                   as_view(req.target()),
+                                                   as_view(req[http::field::authorization]));
       res = http::response<http::string_body>(static_cast<http::status>(reply.status),
                                               ec ? 11 : req.version());
       res.set(http::field::server, "meshrun");
@@ -244,9 +275,7 @@ StatusServer::StatusServer(StatusServerOptions options, LiveBoard& board)
     impl_->acceptor.set_option(net::socket_base::reuse_address(true));
     impl_->acceptor.bind(at);
     impl_->acceptor.listen();
-    if (!at.address().is_loopback() && o.token.empty()) {
-      impl_->options.token = generate_store_token();
-    }
+    if (o.token.empty()) impl_->options.token = generate_store_token();
   } catch (const boost::system::system_error& e) {
     throw std::runtime_error(fmt::format("cannot serve the status page on {}:{}: {}", o.host,
                                          o.port, e.code().message()));
@@ -262,9 +291,10 @@ uint16_t StatusServer::port() const { return impl_->acceptor.local_endpoint().po
 std::string StatusServer::url() const {
   const std::string& host = impl_->options.host;
   const bool v6 = host.find(':') != std::string::npos;
-  std::string url = fmt::format("http://{}{}{}:{}/", v6 ? "[" : "", host, v6 ? "]" : "", port());
-  if (!impl_->options.token.empty()) url += "?token=" + impl_->options.token;
-  return url;
+  return fmt::format("http://{}{}{}:{}/?token={}", v6 ? "[" : "", host, v6 ? "]" : "", port(),
+                     impl_->options.token);
 }
+
+const std::string& StatusServer::token() const { return impl_->options.token; }
 
 }  // namespace meshrt::launcher

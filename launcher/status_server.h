@@ -1,7 +1,8 @@
 // meshrun's live status server (docs/diagnosis.md, "A live view"): node 0 serves the live board
 // over HTTP with Boost.Beast, on loopback unless asked otherwise: the page for people at "/", the
 // same as JSON for tools at "/status.json" (what `meshtrace live` reads), and each rank's live
-// flight-recorder snapshot and thread stacks at "/ranks/<rank>/snapshot" and ".../stacks".
+// flight-recorder snapshot and thread stacks at "/ranks/<rank>/snapshot" and ".../stacks", and
+// the job's Prometheus metrics at "/metrics". Every request must carry the job's token.
 #pragma once
 
 #include <chrono>
@@ -18,8 +19,9 @@ namespace meshrt::launcher {
 struct StatusServerOptions {
   std::string host = "127.0.0.1";  // Bound address; loopback keeps the page on this host.
   uint16_t port = 0;               // 0: a free port (see StatusServer::port()).
-  // When not empty, every request must carry ?token=<it>; a server bound beyond loopback makes
-  // one when none is given.
+  // Every request must carry it, as ?token=<it> or "Authorization: Bearer <it>", on every bound
+  // address (other users of a host reach its loopback too); the server makes a random one when
+  // none is given.
   std::string token;
   std::chrono::milliseconds io_timeout{5000};     // Per read or write of one connection.
   int max_connections = 16;                       // More at once are answered 503 at once.
@@ -33,10 +35,15 @@ struct HttpReply {
   std::string body;
 };
 
-// Answers `method` `target` (path and query) from `board`; exposed for tests. Only GET and HEAD;
-// a missing or wrong token is 403, an unknown path 404.
+// Answers `method` `target` (path and query) from `board`; exposed for tests. `authorization`
+// is the request's Authorization header ("" when none). Only GET and HEAD; a request without the
+// token (in the query or as a bearer token) is 403, an unknown path 404.
 HttpReply answer_status_request(LiveBoard& board, const StatusServerOptions& options,
-                                std::string_view method, std::string_view target);
+                                std::string_view method, std::string_view target,
+                                std::string_view authorization = {});
+
+// The token to serve with: MESHRT_STATUS_TOKEN when the user set one, else a fresh random one.
+std::string status_token_from_env_or_new();
 
 // The thread stacks of a snapshot (its "meshrt_threads" key) as text, a thread per paragraph.
 std::string stacks_text(const std::string& snapshot_json);
@@ -53,8 +60,10 @@ class StatusServer {
 
   // The bound port.
   uint16_t port() const;
-  // "http://HOST:PORT/" with "?token=..." when the server wants one.
+  // "http://HOST:PORT/?token=...": the way in, for the job's owner only.
   std::string url() const;
+  // The token every request must carry.
+  const std::string& token() const;
 
  private:
   struct Impl;  // Boost.Asio's and Beast's parts, kept out of this header.

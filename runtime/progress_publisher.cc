@@ -7,6 +7,7 @@
 
 #include "trace/env.h"
 #include "trace/flight_recorder.h"
+#include "trace/live_metrics.h"
 #include "trace/logging.h"
 #include "trace/tracer.h"
 
@@ -163,6 +164,10 @@ std::string ProgressPublisher::record(int rank, const std::vector<CommSample>& c
     list.push_back(std::move(comm));
   }
   j["comms"] = std::move(list);
+  // The rank's op totals for the status server's /metrics; read here, once a period, off the
+  // op path.
+  if (auto& live = trace::LiveMetrics::instance(); live.enabled())
+    j["metrics"] = live.rank_json(rank);
   return j.dump();
 }
 

@@ -12,6 +12,7 @@
 #include "runtime/fatal_signal.h"
 #include "runtime/store/dump_keys.h"
 #include "trace/env.h"
+#include "trace/live_metrics.h"
 #include "trace/logging.h"
 #include "trace/tracer.h"
 
@@ -112,6 +113,9 @@ void Watchdog::publish_progress() {
 
 void Watchdog::set_job_store(std::shared_ptr<Store> store, std::string run_id, int world_size) {
   trace::FlightRecorder::instance().set_job_info({std::move(run_id), world_size});
+  // A job store means a live monitor reads the progress records: they then carry op totals for
+  // its /metrics (docs/diagnosis.md), counted from here on.
+  if (progress_.enabled() && store) trace::LiveMetrics::instance().enable();
   std::lock_guard lock(mu_);
   store_ = std::move(store);
   world_size_ = world_size;

@@ -247,7 +247,7 @@ TEST_F(LiveDiagnosis, StatusPageAndMeshtraceLiveNameTheStall) {
   }();
   ASSERT_FALSE(chromium.empty())
       << "chromium is not installed: it is a declared test dependency (.ci/install-deps.sh)";
-  std::string url, text, dom, stacks;
+  std::string url, text, dom, stacks, metrics;
   seen_ = run_stalled("user_code", {}, [&](const fs::path& dir) {
     const auto line = line_with(read_all(dir / "meshrun.err"), "meshrun: live status: http://");
     if (!line) return;
@@ -262,7 +262,15 @@ TEST_F(LiveDiagnosis, StatusPageAndMeshtraceLiveNameTheStall) {
         "--virtual-time-budget=5000 --dump-dom ",
         chromium, (dir / "chromium").string());
     dom = run_command(browse + "'" + url + "' 2>/dev/null");
-    stacks = run_command(browse + "'" + url + "ranks/3/stacks' 2>/dev/null");
+    // The URL carries the job's token (?token=...): the stacks path goes before it.
+    const size_t query = url.find('?');
+    stacks = run_command(browse + "'" + url.substr(0, query) + "ranks/3/stacks" +
+                         url.substr(query) + "' 2>/dev/null");
+    // The live metrics while the stall stands (#27): the verdict's op as a gauge.
+    metrics = run_command(fmt::format(
+        "timeout 20 python3 -c 'import sys, urllib.request; "
+        "sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())' '{}'",
+        url.substr(0, query) + "metrics" + url.substr(query)));
   });
   expect_in_time(seen_);
   ASSERT_FALSE(url.empty()) << seen_.err;
@@ -281,7 +289,20 @@ TEST_F(LiveDiagnosis, StatusPageAndMeshtraceLiveNameTheStall) {
   ASSERT_NE(row3, std::string::npos) << dom;
   EXPECT_NE(dom.find("user code for", row3), std::string::npos) << dom;
   EXPECT_NE(dom.find("class=\"slow\">broadcast #3 running"), std::string::npos) << dom;
-  EXPECT_NE(dom.find("href=\"ranks/3/stacks\""), std::string::npos) << dom;
+  // Its links carry the token on (every request wants it).
+  EXPECT_NE(dom.find("href=\"ranks/3/stacks?token="), std::string::npos) << dom;
+  EXPECT_NE(url.find("?token="), std::string::npos) << url;
+  // /metrics: the stall verdict stands, on one of the step-3 ops rank 3 holds up (the longest in
+  // flight); rank 3 computes; its counts are there.
+  EXPECT_NE(metrics.find("\nmeshrt_stalled 1\n"), std::string::npos) << metrics;
+  const size_t stalled = metrics.find("\nmeshrt_stalled_op{rank=\"");
+  ASSERT_NE(stalled, std::string::npos) << metrics;
+  EXPECT_NE(metrics.find(",seq=\"3\"} 1\n", stalled), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("meshrt_rank_state{rank=\"3\",state=\"user_code\"} 1"), std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("meshrt_ops_total{rank=\"3\",comm=\"mesh0/pp\",mesh_dim=\"pp\""),
+            std::string::npos)
+      << metrics;
   // The stacks link: rank 3's main thread sleeps in run_rank (examples/stall.cc:40).
   EXPECT_NE(stacks.find("(main thread)"), std::string::npos) << stacks;
   EXPECT_NE(stacks.find("run_rank (../examples/stall.cc:40)"), std::string::npos) << stacks;

@@ -4,6 +4,7 @@
 #include "launcher/status_server.h"
 
 #include <arpa/inet.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -11,6 +12,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -21,6 +24,8 @@
 #include "trace/analyze/dump_reader.h"
 #include "trace/analyze/http_get.h"
 #include "trace/analyze/live_status_text.h"
+#include "trace/live_metrics.h"
+#include "trace/op_kind.h"
 
 namespace meshrt::launcher {
 namespace {
@@ -107,33 +112,203 @@ TEST(LiveBoard, RecordsThatAreNotRecordsShowAsUnknown) {
 TEST(StatusServer, RoutesAnswerAsDocumented) {
   auto board = stalled_board();
   StatusServerOptions o;
-  EXPECT_EQ(answer_status_request(*board, o, "GET", "/").status, 200);
-  EXPECT_NE(answer_status_request(*board, o, "GET", "/").body.find("<title>meshrun: live status"),
-            std::string::npos);
-  const HttpReply s = answer_status_request(*board, o, "GET", "/status.json?x=1");
+  o.token = "t";
+  EXPECT_EQ(answer_status_request(*board, o, "GET", "/?token=t").status, 200);
+  EXPECT_NE(
+      answer_status_request(*board, o, "GET", "/?token=t").body.find("<title>meshrun: live status"),
+      std::string::npos);
+  const HttpReply s = answer_status_request(*board, o, "GET", "/status.json?x=1&token=t");
   EXPECT_EQ(s.status, 200);
   EXPECT_EQ(s.content_type, "application/json");
   EXPECT_EQ(json::parse(s.body)["run_id"], "job42");
-  EXPECT_EQ(answer_status_request(*board, o, "POST", "/status.json").status, 405);
-  EXPECT_EQ(answer_status_request(*board, o, "GET", "/etc/passwd").status, 404);
-  EXPECT_EQ(answer_status_request(*board, o, "GET", "/ranks/x/stacks").status, 404);
-  EXPECT_EQ(answer_status_request(*board, o, "GET", "/ranks/-1/stacks").status, 404);
-  EXPECT_EQ(answer_status_request(*board, o, "GET", "/ranks/0/other").status, 404);
+  EXPECT_EQ(answer_status_request(*board, o, "POST", "/status.json?token=t").status, 405);
+  EXPECT_EQ(answer_status_request(*board, o, "GET", "/etc/passwd?token=t").status, 404);
+  EXPECT_EQ(answer_status_request(*board, o, "GET", "/ranks/x/stacks?token=t").status, 404);
+  EXPECT_EQ(answer_status_request(*board, o, "GET", "/ranks/-1/stacks?token=t").status, 404);
+  EXPECT_EQ(answer_status_request(*board, o, "GET", "/ranks/0/other?token=t").status, 404);
+  const HttpReply m = answer_status_request(*board, o, "GET", "/metrics?token=t");
+  EXPECT_EQ(m.status, 200);
+  EXPECT_EQ(m.content_type, "text/plain; version=0.0.4; charset=utf-8");
   // No store behind the attempt's board here: no snapshot can be asked for.
   board->end_attempt();
-  const HttpReply none = answer_status_request(*board, o, "GET", "/ranks/0/stacks");
+  const HttpReply none = answer_status_request(*board, o, "GET", "/ranks/0/stacks?token=t");
   EXPECT_EQ(none.status, 503);
   EXPECT_EQ(none.body, "no attempt of the job is running\n");
 }
 
-TEST(StatusServer, TokenIsRequiredWhenSet) {
+// Issue #29: every request on every address carries the job's token, in the query or as a
+// bearer token (how Prometheus's `authorization` setting sends it).
+TEST(StatusServer, EveryRequestWantsTheTokenInItsQueryOrAsABearer) {
   auto board = stalled_board();
   StatusServerOptions o;
   o.token = "s3cret";
-  EXPECT_EQ(answer_status_request(*board, o, "GET", "/status.json").status, 403);
-  EXPECT_EQ(answer_status_request(*board, o, "GET", "/status.json?token=s3cre").status, 403);
+  for (const char* path :
+       {"/", "/status.json", "/metrics", "/ranks/0/snapshot", "/ranks/0/stacks", "/nothing"}) {
+    const std::string p = path;
+    EXPECT_EQ(answer_status_request(*board, o, "GET", p).status, 403) << p;
+    EXPECT_EQ(answer_status_request(*board, o, "GET", p + "?token=s3cre").status, 403) << p;
+    EXPECT_EQ(answer_status_request(*board, o, "GET", p + "?token=s3cret0").status, 403) << p;
+    EXPECT_EQ(answer_status_request(*board, o, "GET", p + "?token=").status, 403) << p;
+    EXPECT_EQ(answer_status_request(*board, o, "GET", p, "Bearer s3cre").status, 403) << p;
+    EXPECT_EQ(answer_status_request(*board, o, "GET", p, "Basic s3cret").status, 403) << p;
+    EXPECT_EQ(answer_status_request(*board, o, "GET", p, "Bearer").status, 403) << p;
+    EXPECT_EQ(answer_status_request(*board, o, "GET", p, "s3cret").status, 403) << p;
+  }
   EXPECT_EQ(answer_status_request(*board, o, "GET", "/status.json?token=s3cret").status, 200);
   EXPECT_EQ(answer_status_request(*board, o, "GET", "/?a=b&token=s3cret").status, 200);
+  EXPECT_EQ(answer_status_request(*board, o, "GET", "/metrics", "Bearer s3cret").status, 200);
+  EXPECT_EQ(answer_status_request(*board, o, "GET", "/status.json", "bearer  s3cret ").status, 200);
+  // The query's token is enough, whatever else the header says.
+  EXPECT_EQ(answer_status_request(*board, o, "GET", "/?token=s3cret", "Bearer x").status, 200);
+  // A server without a token (only a caller of answer_status_request can have one) serves
+  // nobody.
+  EXPECT_EQ(answer_status_request(*board, {}, "GET", "/status.json").status, 403);
+  EXPECT_EQ(answer_status_request(*board, {}, "GET", "/status.json?token=").status, 403);
+}
+
+// A completed op of `bytes` that ran `run_us` on `comm` (0: its start was not measured).
+trace::OpRecord op_record(std::shared_ptr<const trace::CommInfo> comm, OpKind kind, uint64_t bytes,
+                          int64_t run_us) {
+  trace::OpRecord r;
+  r.comm = std::move(comm);
+  r.kind = kind;
+  r.op = trace::op_kind_name(kind);
+  r.is_p2p = trace::is_p2p(kind);
+  r.bytes = bytes;
+  r.enqueue_ns = 1'000'000;
+  r.start_ns = run_us > 0 ? 2'000'000 : 0;
+  r.end_ns = 2'000'000 + run_us * 1000 + 1;
+  r.state = trace::OpState::kCompleted;
+  return r;
+}
+
+std::shared_ptr<trace::CommInfo> comm_info(int global_rank, std::string name, std::string dim) {
+  auto c = std::make_shared<trace::CommInfo>();
+  c->uid = static_cast<uint64_t>(global_rank) * 100 + name.size();
+  c->name = std::move(name);
+  c->mesh_dim = std::move(dim);
+  c->backend = "gloo";
+  c->global_ranks = {0, 1};
+  c->rank = global_rank;
+  c->global_rank = global_rank;
+  return c;
+}
+
+// The record of `rank` with `metrics` as its totals, published now.
+std::string record_with(int rank, const json& metrics) {
+  json j = json::parse(record(rank, rank == 0 ? "in_op" : "user_code", 4000, rank == 0, 0));
+  j["metrics"] = metrics;
+  return j.dump();
+}
+
+// Lines of `text` that begin with `prefix`.
+int count_lines(const std::string& text, const std::string& prefix) {
+  int n = 0;
+  for (size_t at = 0; at < text.size();) {
+    const size_t end = text.find('\n', at);
+    if (text.compare(at, prefix.size(), prefix) == 0) ++n;
+    if (end == std::string::npos) break;
+    at = end + 1;
+  }
+  return n;
+}
+
+TEST(LiveMetrics, TotalsPerCommOpAndSizeMergedByName) {
+  trace::LiveMetrics m;
+  auto tp = comm_info(0, "mesh0/tp", "tp");
+  // The same name again (a communicator destroyed and made anew): one series, summed.
+  auto tp_again = comm_info(0, "mesh0/tp", "tp");
+  tp_again->uid = 999;
+  auto world = comm_info(0, "world", "");
+  m.on_end(op_record(tp, OpKind::kAllReduce, 4096, 100));
+  m.on_end(op_record(tp_again, OpKind::kAllReduce, 5000, 300));
+  m.on_end(op_record(tp, OpKind::kAllReduce, 3000, 0));  // Untimed, the 2-4KiB bucket.
+  m.on_end(op_record(world, OpKind::kBarrier, 0, 50));
+  trace::OpRecord failed = op_record(tp, OpKind::kAllReduce, 4096, 100);
+  failed.state = trace::OpState::kFailed;
+  m.on_end(failed);
+  m.on_end(op_record(comm_info(1, "mesh0/tp", "tp"), OpKind::kAllReduce, 4096, 100));
+  const json j = m.rank_json(0);
+  ASSERT_EQ(j.size(), 3u) << j.dump();
+  // Sorted by name, op, size.
+  EXPECT_EQ(j[0]["comm"], "mesh0/tp");
+  EXPECT_EQ(j[0]["size_bytes"], 2048);
+  EXPECT_EQ(j[0]["ops"], 1);
+  EXPECT_EQ(j[0]["timed_ops"], 0);
+  EXPECT_EQ(j[1]["size_bytes"], 4096);
+  EXPECT_EQ(j[1]["mesh_dim"], "tp");
+  EXPECT_EQ(j[1]["ops"], 2);
+  EXPECT_EQ(j[1]["bytes"], 9096);
+  EXPECT_EQ(j[1]["timed_ops"], 2);
+  // all_reduce on 2 ranks: busbw = algbw (nccl-tests' factor 2(n-1)/n = 1), bytes over time.
+  EXPECT_NEAR(j[1]["busbw_bytes_per_second"].get<double>(), 9096 / 400.002e-6, 1.0);
+  EXPECT_NEAR(j[1]["exec_seconds"].get<double>(), 400e-6, 1e-8);
+  EXPECT_EQ(j[2]["comm"], "world");
+  EXPECT_EQ(j[2]["mesh_dim"], "world");            // The default group's label, never "unknown".
+  EXPECT_EQ(j[2]["busbw_bytes_per_second"], 0.0);  // A barrier moves no bus bytes.
+  EXPECT_EQ(m.rank_json(1).size(), 1u);
+  EXPECT_EQ(m.rank_json(2).size(), 0u);
+}
+
+// The merge: every rank's totals and the board's gauges in one exposition, each family's HELP and
+// TYPE once, labels escaped, accepted by promtool.
+TEST(LiveMetrics, JobExpositionHasEachFamilyOnceAndEscapedLabels) {
+  trace::LiveMetrics m;
+  const std::string odd = "mesh0/\"t\\p\"\nx";  // A quote, a backslash, a newline.
+  for (int r = 0; r < 2; ++r) {
+    m.on_end(op_record(comm_info(r, odd, "tp"), OpKind::kAllReduce, 4096, 100));
+    m.on_end(op_record(comm_info(r, "world", ""), OpKind::kBarrier, 0, 50));
+  }
+  auto board = std::make_unique<LiveBoard>("job42", 10);
+  board->begin_attempt(0, 2, nullptr);
+  board->set_progress({record_with(0, m.rank_json(0)), record_with(1, m.rank_json(1))});
+  board->set_stall(0, "mesh0/tp", "all_reduce", 37);
+  const std::string text = board->metrics_text(wall_now_ns());
+  for (const char* family :
+       {"meshrt_ops_total", "meshrt_bytes_total", "meshrt_op_exec_time_seconds",
+        "meshrt_bus_bandwidth_bytes_per_second", "meshrt_rank_state", "meshrt_stalled",
+        "meshrt_in_flight_op_age_seconds"}) {
+    EXPECT_EQ(count_lines(text, fmt::format("# TYPE {} ", family)), 1) << family << "\n" << text;
+    EXPECT_EQ(count_lines(text, fmt::format("# HELP {} ", family)), 1) << family;
+  }
+  EXPECT_NE(text.find(R"(meshrt_ops_total{rank="1",comm="mesh0/\"t\\p\"\nx",mesh_dim="tp",)"
+                      R"(op="all_reduce",message_size="4-8KiB"} 1)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find(R"(meshrt_ops_total{rank="0",comm="world",mesh_dim="world",op="barrier",)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find(R"(meshrt_bytes_total{rank="0",comm="mesh0/\"t\\p\"\nx")"),
+            std::string::npos);
+  EXPECT_NE(text.find(R"(le="+Inf"} 1)"), std::string::npos);
+  EXPECT_NE(text.find(R"(meshrt_rank_state{rank="0",state="in_op"} 1)"), std::string::npos);
+  EXPECT_NE(text.find(R"(meshrt_rank_state{rank="1",state="user_code"} 1)"), std::string::npos);
+  EXPECT_NE(text.find(R"(meshrt_in_flight_op_age_seconds{rank="0",comm="mesh0/tp",)"
+                      R"(mesh_dim="tp",op="all_reduce"} 4)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("meshrt_stalled 1\n"), std::string::npos);
+  EXPECT_NE(text.find(R"(meshrt_stalled_op{rank="0",comm="mesh0/tp",mesh_dim="tp",)"
+                      R"(op="all_reduce",seq="37"} 1)"),
+            std::string::npos);
+  EXPECT_EQ(text.find("unknown"), std::string::npos) << text;
+  // No barrier bandwidth: a barrier moves no bus bytes.
+  EXPECT_EQ(text.find(R"(meshrt_bus_bandwidth_bytes_per_second{rank="0",comm="world")"),
+            std::string::npos);
+  board->clear_stall();
+  EXPECT_NE(board->metrics_text(wall_now_ns()).find("meshrt_stalled 0\n"), std::string::npos);
+
+  const std::string file = ::testing::TempDir() + "/metrics_" + std::to_string(::getpid());
+  {
+    std::FILE* f = std::fopen(file.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+  }
+  // promtool is a declared test dependency (.ci/install-deps.sh: prometheus).
+  const int rc = std::system(fmt::format("promtool check metrics < '{}'", file).c_str());
+  EXPECT_EQ(rc, 0) << text;
+  std::remove(file.c_str());
 }
 
 TEST(StatusServer, StacksTextFromASnapshot) {
@@ -167,7 +342,10 @@ TEST(StatusServer, ServesOverHttpAndASilentClientHoldsUpNobody) {
   o.io_timeout = 2000ms;
   StatusServer server(o, *board);
   ASSERT_GT(server.port(), 0);
-  EXPECT_EQ(server.url(), "http://127.0.0.1:" + std::to_string(server.port()) + "/");
+  // On loopback too the server makes a token (other users of the host reach loopback).
+  ASSERT_EQ(server.token().size(), 64u);
+  EXPECT_EQ(server.url(),
+            "http://127.0.0.1:" + std::to_string(server.port()) + "/?token=" + server.token());
   const HttpEndpoint at = trace::parse_http_endpoint(server.url());
 
   // A client that connects and never sends a byte.
@@ -188,6 +366,26 @@ TEST(StatusServer, ServesOverHttpAndASilentClientHoldsUpNobody) {
   EXPECT_EQ(http_get(at, "/nothing", 5000ms).status, 404);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 1500ms);
   ::close(silent);
+  // The token as a bearer header over the wire, as Prometheus sends it; none, refused.
+  HttpEndpoint bearer = at;
+  bearer.query.clear();
+  EXPECT_EQ(http_get(bearer, "/metrics", 5000ms).status, 403);
+  bearer.bearer = server.token();
+  const auto metrics = http_get(bearer, "/metrics", 5000ms);
+  EXPECT_EQ(metrics.status, 200);
+  EXPECT_NE(metrics.body.find("# TYPE meshrt_ops_total counter\n"), std::string::npos)
+      << metrics.body;
+  bearer.bearer = "x" + server.token().substr(1);
+  EXPECT_EQ(http_get(bearer, "/metrics", 5000ms).status, 403);
+}
+
+TEST(StatusServer, AFixedTokenIsTheUsers) {
+  ::setenv("MESHRT_STATUS_TOKEN", "mine-42", 1);
+  EXPECT_EQ(status_token_from_env_or_new(), "mine-42");
+  ::unsetenv("MESHRT_STATUS_TOKEN");
+  const std::string a = status_token_from_env_or_new(), b = status_token_from_env_or_new();
+  EXPECT_EQ(a.size(), 64u);
+  EXPECT_NE(a, b);
 }
 
 TEST(StatusServer, BeyondLoopbackItWantsTheTokenOfItsUrl) {
@@ -256,13 +454,18 @@ TEST(LiveBoard, SnapshotsWaitBoundedForRanksThatDoNotAnswer) {
   EXPECT_EQ(board.snapshots(700ms, 5000ms).request, 1);
   StatusServerOptions short_wait;
   short_wait.snapshot_wait = 300ms;
-  const HttpReply r = answer_status_request(board, short_wait, "GET", "/ranks/1/stacks");
+  short_wait.token = "t";
+  const HttpReply r = answer_status_request(board, short_wait, "GET", "/ranks/1/stacks?token=t");
   EXPECT_EQ(r.status, 503);
   EXPECT_NE(r.body.find("rank 1 did not answer the snapshot request within 300 ms"),
             std::string::npos)
       << r.body;
-  EXPECT_EQ(answer_status_request(board, {}, "GET", "/ranks/0/stacks").body, "rank 0:\n\n");
-  EXPECT_EQ(answer_status_request(board, {}, "GET", "/ranks/2/snapshot").status, 404);
+  StatusServerOptions with_token;
+  with_token.token = "t";
+  EXPECT_EQ(answer_status_request(board, with_token, "GET", "/ranks/0/stacks?token=t").body,
+            "rank 0:\n\n");
+  EXPECT_EQ(answer_status_request(board, with_token, "GET", "/ranks/2/snapshot?token=t").status,
+            404);
   stop = true;
   rank0.join();
 }
@@ -307,6 +510,31 @@ TEST(MeshtraceLive, EndpointsParse) {
   }
 }
 
+// `meshtrace live` finds the token in the URL, in meshrun's status_url file, or in
+// MESHRT_STATUS_TOKEN (sent as a bearer token).
+TEST(MeshtraceLive, TheTokenComesFromTheUrlTheFileOrTheEnvironment) {
+  ::unsetenv("MESHRT_STATUS_TOKEN");
+  auto at = trace::status_endpoint("http://127.0.0.1:8080/?token=abc");
+  EXPECT_EQ(at.query, "token=abc");
+  EXPECT_EQ(at.bearer, "");
+  const std::string file = ::testing::TempDir() + "/status_url_" + std::to_string(::getpid());
+  {
+    std::FILE* f = std::fopen(file.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("http://127.0.0.1:9090/?token=fromfile\n", f);
+    std::fclose(f);
+  }
+  at = trace::status_endpoint(file);
+  EXPECT_EQ(at.port, 9090);
+  EXPECT_EQ(at.query, "token=fromfile");
+  std::remove(file.c_str());
+  ::setenv("MESHRT_STATUS_TOKEN", "fromenv", 1);
+  at = trace::status_endpoint("127.0.0.1:7");
+  EXPECT_EQ(at.bearer, "fromenv");
+  EXPECT_EQ(trace::status_endpoint("http://127.0.0.1:7/?token=url").bearer, "");
+  ::unsetenv("MESHRT_STATUS_TOKEN");
+}
+
 TEST(MeshtraceLive, NoServerIsAClearError) {
   // A port just released by a server is closed.
   uint16_t port = 0;
@@ -316,7 +544,10 @@ TEST(MeshtraceLive, NoServerIsAClearError) {
     port = s.port();
   }
   try {
-    http_get({"127.0.0.1", port, ""}, "/status.json", 2000ms);
+    HttpEndpoint at;
+    at.host = "127.0.0.1";
+    at.port = port;
+    http_get(at, "/status.json", 2000ms);
     ADD_FAILURE() << "a closed port answered";
   } catch (const trace::InputError& e) {
     EXPECT_NE(std::string(e.what()).find("GET http://127.0.0.1:" + std::to_string(port) +

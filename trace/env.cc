@@ -127,6 +127,7 @@ const std::vector<std::string_view>& known_variables() {
       "MESHRT_SCOPE_TREE",
       "MESHRT_SCOPE_TREE_HTML",
       "MESHRT_STALL_S",
+      "MESHRT_STATUS_TOKEN",
       "MESHRT_STORE_EXTERNAL",
       "MESHRT_STORE_TLS_CA",
       "MESHRT_STORE_TLS_CERT",

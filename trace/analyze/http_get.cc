@@ -10,8 +10,11 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <charconv>
+#include <filesystem>
+#include <fstream>
 
 #include "trace/analyze/dump_reader.h"
+#include "trace/env.h"
 
 namespace meshrt::trace {
 namespace {
@@ -59,6 +62,21 @@ HttpEndpoint parse_http_endpoint(const std::string& text) {
   return at;
 }
 
+HttpEndpoint status_endpoint(const std::string& text) {
+  std::string url = text;
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(text, ec)) {
+    std::ifstream in(text);
+    std::getline(in, url);
+    if (!in && url.empty()) throw InputError(fmt::format("cannot read {}", text));
+  }
+  HttpEndpoint at = parse_http_endpoint(url);
+  if (at.query.find("token=") == std::string::npos) {
+    if (auto token = env::get({"MESHRT_STATUS_TOKEN"})) at.bearer = *token;
+  }
+  return at;
+}
+
 HttpResponse http_get(const HttpEndpoint& at, const std::string& path,
                       std::chrono::milliseconds timeout) {
   const std::string target = at.query.empty() ? path : path + "?" + at.query;
@@ -71,6 +89,7 @@ HttpResponse http_get(const HttpEndpoint& at, const std::string& path,
   http::request<http::empty_body> req{http::verb::get, target, 11};
   req.set(http::field::host, at.host);
   req.set(http::field::user_agent, "meshtrace");
+  if (!at.bearer.empty()) req.set(http::field::authorization, "Bearer " + at.bearer);
   beast::error_code failure;
   // One deadline for the whole exchange: resolve, connect, write, read.
   tcp::resolver resolver(io);

@@ -12,9 +12,15 @@ namespace meshrt::trace {
 struct HttpEndpoint {
   std::string host;
   uint16_t port = 0;
-  std::string query;  // "token=..." or empty; passed on with every request.
+  std::string query;   // "token=..." or empty; passed on with every request.
+  std::string bearer;  // When not empty, sent as "Authorization: Bearer <it>".
 };
 HttpEndpoint parse_http_endpoint(const std::string& text);
+
+// The status server `text` names for `meshtrace live`: HOST:PORT, a URL, or a file holding the
+// URL (meshrun's <log dir>/status_url). Without a ?token= in it, MESHRT_STATUS_TOKEN's value is
+// sent as a bearer token (the status server wants the job's token on every request).
+HttpEndpoint status_endpoint(const std::string& text);
 
 // The answer to one GET.
 struct HttpResponse {

@@ -70,7 +70,7 @@ int run_live(const LiveArgs& args) {
   using namespace meshrt::trace;
   constexpr auto kTimeout = std::chrono::seconds(5);
   try {
-    const HttpEndpoint at = parse_http_endpoint(args.endpoint);
+    const HttpEndpoint at = status_endpoint(args.endpoint);
     const bool tty = ::isatty(STDOUT_FILENO) == 1;
     for (bool first = true;; first = false) {
       HttpResponse r;
@@ -171,9 +171,11 @@ int main(int argc, char** argv) {
   CLI::App* live = app.add_subcommand(
       "live",
       "Show a running job's live status in the terminal, refreshed every second: ENDPOINT is "
-      "the status server meshrun printed (HOST:PORT or its URL); the same as its page.");
+      "the status server meshrun printed (its URL with ?token=, or <log dir>/status_url, or "
+      "HOST:PORT with the token in MESHRT_STATUS_TOKEN); the same as its page.");
   live->footer("Exit status: 0 shown (or the job ended while shown), 2 no status server there.");
-  live->add_option("ENDPOINT", live_args.endpoint, "HOST:PORT or http://HOST:PORT/?token=...")
+  live->add_option("ENDPOINT", live_args.endpoint,
+                   "http://HOST:PORT/?token=..., a file holding it, or HOST:PORT")
       ->required();
   live->add_flag("--once", live_args.once, "Print the status once and exit");
   live->add_option("--interval", live_args.interval_s, "Seconds between refreshes (default 1)")
