@@ -501,7 +501,14 @@ void Agent::monitor(int attempt, std::vector<LocalRank>& ranks, Store& job) {
       // Any failure (a watchdog's, or a rank or node lost before a watchdog could act): every
       // surviving rank dumps before it is stopped. Their watchdogs poll this signal, as they
       // poll a timed-out peer's.
-      const std::string rank = std::to_string(f.rank);
+      // "<rank>:<why>": the ranks say meshrun asked on the failed rank's behalf, and why.
+      const std::string why =
+          f.interrupt_signal != 0 ? fmt::format("meshrun got {}", signal_name(f.interrupt_signal))
+          : f.agent_lost          ? fmt::format("the agent of node {} was lost", f.node)
+          : f.exit.signal != 0
+              ? fmt::format("rank {} died of {}", f.rank, signal_name(f.exit.signal))
+              : fmt::format("rank {} exited with status {}", f.rank, f.exit.exit_code);
+      const std::string rank = fmt::format("{}:{}", f.rank, why);
       try {
         job.compare_set(dump_keys::kDumpSignal, {}, as_bytes(rank));
       } catch (const std::exception& e) {

@@ -261,12 +261,21 @@ void Watchdog::poll_remote_signal() {
     const std::string key = kDumpSignal;
     if (!store->check(std::span<const std::string>(&key, 1))) return;
     const auto value = store->get(key, std::chrono::milliseconds(1000));
-    const std::string from(value.begin(), value.end());
-    log().error("rank {} signalled a flight recorder dump; dumping", from);
-    job_failed_.store(true);
+    // A rank's watchdog writes "<rank>"; meshrun, acting for a rank that cannot, "<rank>:<why>".
+    const std::string signal(value.begin(), value.end());
+    const size_t colon = signal.find(':');
+    const std::string from = signal.substr(0, colon);
     trace::DumpTrigger t;
     t.rank = std::atoi(from.c_str());
-    t.detail = "dump signalled by rank " + from;
+    if (colon == std::string::npos) {
+      log().error("rank {} signalled a flight recorder dump; dumping", from);
+      t.detail = "dump signalled by rank " + from;
+    } else {
+      const std::string why = signal.substr(colon + 1);
+      log().error("meshrun signalled a flight recorder dump because {}; dumping", why);
+      t.detail = "dump signalled by meshrun because " + why;
+    }
+    job_failed_.store(true);
     dump_once(trace::DumpReason::kRemote, &t);
   } catch (const std::exception& e) {
     log().debug("dump signal poll failed: {}", e.what());
@@ -390,8 +399,12 @@ void Watchdog::fire(trace::DumpReason reason, const trace::DumpTrigger& trigger)
 }
 
 void Watchdog::exit_after_dumps() {
-  log().critical("watchdog policy 'abort': aborting the communicators and exiting with status {}",
-                 kWatchdogExitCode);
+  // The failing op's thread and the watchdog's scan can both get here: say it once.
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true)) {
+    log().critical("watchdog policy 'abort': aborting the communicators and exiting with status {}",
+                   kWatchdogExitCode);
+  }
   wait_for_all_dumps();
   std::function<void(int)> exit;
   {

@@ -21,8 +21,10 @@
 #include "trace/analyze/dump_fixtures.h"
 #include "trace/analyze/format.h"
 #include "trace/analyze/json_cursor.h"
+#include "trace/analyze/live_verdict.h"
 #include "trace/analyze/pickle_reader.h"
 #include "trace/dump_format.h"
+#include "trace/tracer.h"
 
 #ifndef MESHRT_MESHTRACE
 #error "MESHRT_MESHTRACE must name the meshtrace binary"
@@ -377,6 +379,56 @@ TEST_F(AnalyzerTest, OppositeOrdersStayADeadlockWithoutAGoOnCulprit) {
   for (const Finding& f : report.findings) {
     EXPECT_EQ(f.detail.find("skipped"), std::string::npos) << f.detail;
   }
+}
+
+// A progress record as runtime/progress_publisher.cc writes it: one op in flight on "world", or
+// none.
+std::string progress_record(int rank, const std::string& state, int64_t state_ms, int64_t age_ms,
+                            int64_t in_flight_seq) {
+  nlohmann::json in_flight = nullptr;
+  if (in_flight_seq > 0) {
+    in_flight = {{"op", "all_reduce"}, {"seq", in_flight_seq}, {"p2p", false},
+                 {"channel_seq", 0},   {"peer", -1},           {"running_ms", state_ms}};
+  }
+  const nlohmann::json j = {
+      {"rank", rank},
+      {"wall_ns", trace::wall_now_ns() - age_ms * 1'000'000},
+      {"state", state},
+      {"state_ms", state_ms},
+      {"comms", {{{"name", "world"}, {"mesh_dim", ""}, {"in_flight", in_flight}}}}};
+  return j.dump();
+}
+
+// Live: rank 1 returned from its program (no communicator, no snapshot) while rank 0 waits in
+// all_reduce #2 with it. Not "every member has entered it".
+TEST_F(AnalyzerTest, LiveVerdictNamesARankThatFinishedEarly) {
+  FrJob job = world_job(2);
+  job.collective("world", "all_reduce", 8);
+  job.call(0, "world", "all_reduce", 8, "started");
+  job.write(dir_, "fr_", {0});
+  std::ofstream(dir_ / "progress_0.json") << progress_record(0, "in_op", 12000, 0, 2);
+  std::ofstream(dir_ / "progress_1.json") << progress_record(1, "finished", 12000, 0, 0);
+  const std::string v = trace::live_verdict_from_directory(dir_, "fr_");
+  EXPECT_NE(v.find("stall 12 s: world all_reduce #2 — rank 1 finished its program (no "
+                   "communicator for 12 s) while the others wait in ops with it"),
+            std::string::npos)
+      << v;
+}
+
+// Live: rank 1 is stopped (SIGSTOP) inside all_reduce #2: no snapshot, a stale progress record.
+TEST_F(AnalyzerTest, LiveVerdictNamesARankThatDidNotAnswer) {
+  FrJob job = world_job(2);
+  job.collective("world", "all_reduce", 8);
+  job.call(0, "world", "all_reduce", 8, "started");
+  job.call(1, "world", "all_reduce", 8, "started");
+  job.write(dir_, "fr_", {0});
+  std::ofstream(dir_ / "progress_0.json") << progress_record(0, "in_op", 12000, 0, 2);
+  std::ofstream(dir_ / "progress_1.json") << progress_record(1, "in_op", 5000, 7000, 2);
+  const std::string v = trace::live_verdict_from_directory(dir_, "fr_");
+  EXPECT_NE(v.find("stall 12 s: world all_reduce #2 — rank 1 (last progress record 7 s old, in "
+                   "world all_reduce #2) did not answer the snapshot request"),
+            std::string::npos)
+      << v;
 }
 
 // Rank 0 was killed inside dp all_reduce #3: the verdict names the op it died in, as its peer's

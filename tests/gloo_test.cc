@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "runtime/backends/gloo/gloo_backend.h"
+#include "runtime/backends/gloo/gloo_signature.h"
 #include "runtime/error.h"
 #include "runtime/watchdog.h"
 #include "tests/process_harness.h"
@@ -184,6 +185,17 @@ TEST(Gloo, SizeMismatchesFailTheReceiverAndKillNobody) {
 
 // A timeout in a sub-communicator names the missing peer by its global rank, as the user knows it,
 // and its rank in the group.
+// Argument mismatches name each rank both ways when the group's numbering differs.
+TEST(Gloo, MismatchNamesGroupAndGlobalRanks) {
+  const std::vector<int> world{0, 1, 2}, mesh_dp{1, 3};
+  EXPECT_EQ(group_ranks_phrase(std::vector{0}, world), "rank 0");
+  EXPECT_EQ(group_ranks_phrase(std::vector{0, 2}, world), "ranks [0, 2]");
+  EXPECT_EQ(group_ranks_phrase(std::vector{0}, mesh_dp), "group rank 0 (global rank 1)");
+  EXPECT_EQ(group_ranks_phrase(std::vector{0, 1}, mesh_dp),
+            "group ranks [0, 1] (global ranks [1, 3])");
+  EXPECT_EQ(group_ranks_phrase(std::vector{1}, {}), "rank 1");
+}
+
 TEST(Gloo, SubgroupTimeoutNamesThePeerByGlobalAndGroupRank) {
   const auto results = run_ranks({MESHRT_GLOO_WORKER, "subgroup_timeout"}, 4,
                                  std::chrono::seconds(60), {{"MESHRT_ON_TIMEOUT", "throw"}});
@@ -219,7 +231,7 @@ TEST_F(GlooCollectiveMismatch, AbortPolicyEveryRankDumpsAndExitsNamingBothSizes)
     EXPECT_NE(results[r].output.find(
                   "rank " + std::to_string(r) +
                   ", comm 'world', all_reduce #1: ranks passed different arguments to one "
-                  "collective: rank [0] passed all_reduce of 8 x f32 (32 bytes), sum; rank [1] "
+                  "collective: rank 0 passed all_reduce of 8 x f32 (32 bytes), sum; rank 1 "
                   "passed all_reduce of 16 x f32 (64 bytes), sum (so their messages never "
                   "matched: gloo"),
               std::string::npos)
@@ -241,7 +253,7 @@ TEST_F(GlooCollectiveMismatch, ThrowPolicyDtypeMismatchOnTheRingFailsEveryRank) 
     EXPECT_NE(results[r].output.find(
                   "EXPECTED meshrt [invalid_argument] rank " + std::to_string(r) +
                   ", comm 'world', all_reduce #1: ranks passed different arguments to one "
-                  "collective: rank [0] passed all_reduce of 8 x f32 (32 bytes), sum; rank [1] "
+                  "collective: rank 0 passed all_reduce of 8 x f32 (32 bytes), sum; rank 1 "
                   "passed all_reduce of 8 x i32 (32 bytes), sum"),
               std::string::npos)
         << describe(results);

@@ -5,6 +5,7 @@
 //   env             a stdout line with the launcher's variables
 //   getenv=A,B      a stdout line "getenv A=<value> B=<value>" (unset: "A=<unset>")
 //   world           meshrt::init(), all_reduce of rank+1 (checked: n(n+1)/2), barrier
+//   hold-world      the same, keeping the world (and its watchdog) alive for the later steps
 //   token           a stdout line "token length=<n> hex=<yes|no>" about MESHRT_STORE_TOKEN
 //   stranger        as a stranger would: reach MASTER_ADDR:MASTER_PORT with no token and try a
 //                   set; prints "stranger refused: <error>" or "stranger accepted"
@@ -203,8 +204,12 @@ int run_step(const std::string& name, const std::string& value, int rank) {
     }
     return 0;
   }
-  if (name == "world") {
+  if (name == "world" || name == "hold-world") {
+    // hold-world keeps the world (and its watchdog) for the steps after it, as a training loop
+    // between steps would.
+    static std::shared_ptr<meshrt::Communicator> held;
     auto world = meshrt::init();
+    if (name == "hold-world") held = world;
     const int64_t n = world->size();
     std::vector<int64_t> x(1000, world->rank() + 1);
     world->all_reduce(meshrt::view(x))->wait();

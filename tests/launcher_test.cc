@@ -750,6 +750,29 @@ TEST(Meshrun, DumpWaitSkipsARankKilledWithoutADump) {
   EXPECT_EQ(survivors(marker), std::vector<int>{});
 }
 
+// A rank dies of SIGKILL: meshrun asks the survivors to dump on its behalf, and they say so
+// (not that the dead rank signalled it).
+TEST(Meshrun, SurvivorsSayMeshrunSignalledTheirDumpBecauseARankDied) {
+  TempDir logs;
+  const std::string marker = unique_marker();
+  const auto r =
+      run_meshrun({"--standalone", "--nproc-per-node", "2", "--log-dir", logs.path(),
+                   MESHRT_LAUNCHER_CHILD, marker, "hold-world", "signal=9@1", "sleep=60@0"},
+                  60s, kInitEnv);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  const std::string log = read_all(logs.path() + "/attempt_0/rank_0.log");
+  EXPECT_TRUE(contains(log,
+                       "meshrun signalled a flight recorder dump because rank 1 died of "
+                       "SIGKILL; dumping"))
+      << log;
+  EXPECT_FALSE(contains(log, "rank 1 signalled a flight recorder dump")) << log;
+  const auto dump =
+      nlohmann::json::parse(read_all(logs.path() + "/attempt_0/fr_trace_0"), nullptr, false);
+  ASSERT_FALSE(dump.is_discarded()) << log;
+  EXPECT_EQ(dump["trigger"]["detail"], "dump signalled by meshrun because rank 1 died of SIGKILL");
+  EXPECT_EQ(survivors(marker), std::vector<int>{});
+}
+
 TEST(Meshrun, StackOverflowStillLeavesADump) {
   // The SIGSEGV of a stack overflow runs the dump on the signal stack init() gave the thread.
   TempDir logs;

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "trace/analyze/format.h"
+#include "trace/tracer.h"
 
 namespace meshrt::trace {
 namespace {
@@ -115,6 +116,7 @@ RankProgress parse_progress(const std::string& text, const std::string& what) {
     p.rank = j.at("rank").get<int>();
     p.state = j.value("state", "");
     p.state_ms = j.value("state_ms", int64_t{0});
+    p.wall_ns = j.value("wall_ns", int64_t{0});
     for (const auto& c : j.at("comms")) {
       const auto& f = c.at("in_flight");
       if (f.is_null()) continue;
@@ -152,6 +154,51 @@ std::string live_verdict(std::vector<RankDump> dumps, const std::vector<RankProg
   }
   const Finding* f = root_finding(report);
   if (f == nullptr) {
+    // The snapshots match, but a rank that finished its program, or one that did not answer
+    // the snapshot request (frozen, stopped, dead), is what the others wait for.
+    std::vector<int> finished;
+    for (const RankProgress& p : progress) {
+      if (p.state == "finished" && stalled.rank >= 0) finished.push_back(p.rank);
+    }
+    std::sort(finished.begin(), finished.end());
+    if (!finished.empty()) {
+      return fmt::format(
+          "{}: {} {} #{} — {} finished {} program (no communicator for {} s) while the others "
+          "wait in ops with {}: it returned early or skipped the rest",
+          age, stalled.group, stalled.op, stalled.seq, ranks_phrase(finished),
+          finished.size() == 1 ? "its" : "their",
+          seconds(std::find_if(progress.begin(), progress.end(),
+                               [&](const RankProgress& p) { return p.rank == finished.front(); })
+                      ->state_ms),
+          finished.size() == 1 ? "it" : "them");
+    }
+    for (const Finding& m : report.findings) {
+      if (m.kind != FindingKind::kMissingDump) continue;
+      std::vector<std::string> silent;
+      const int64_t now_ns = wall_now_ns();
+      for (const int r : m.missing_ranks) {
+        std::string s = fmt::format("rank {}", r);
+        for (const RankProgress& p : progress) {
+          if (p.rank == r && p.wall_ns > 0) {
+            s += fmt::format(" (last progress record {} s old",
+                             seconds((now_ns - p.wall_ns) / 1000000));
+            if (p.longest.rank >= 0) {
+              s += fmt::format(", in {} {} #{}", p.longest.group, p.longest.op, p.longest.seq);
+            }
+            s += ")";
+          }
+        }
+        silent.push_back(std::move(s));
+      }
+      std::string line = fmt::format("{}: ", age);
+      line += m.seq ? fmt::format("{} {} #{}", m.group, m.op, *m.seq)
+                    : fmt::format("{} {} #{}", stalled.group, stalled.op, stalled.seq);
+      if (m.seq && m.mesh_dim) line += fmt::format(" (dim {})", *m.mesh_dim);
+      return line + fmt::format(
+                        " — {} did not answer the snapshot request: frozen (stopped, swapped out) "
+                        "or dead, while its peers wait for it",
+                        fmt::join(silent, ", "));
+    }
     if (stalled.rank < 0) return fmt::format("{}: no op in flight and no mismatch found", age);
     return fmt::format(
         "{}: {} {} #{} — every member has entered it and the snapshots match (a slow or stuck "

@@ -27,7 +27,8 @@ struct RankProgress {
   int rank = -1;
   std::string state;  // "in_op", "between_ops", "user_code".
   int64_t state_ms = 0;
-  StalledOp longest;  // Its longest op in flight; rank -1 when none.
+  int64_t wall_ns = 0;  // When the rank published it (its wall clock); 0 when unknown.
+  StalledOp longest;    // Its longest op in flight; rank -1 when none.
 };
 
 // Parses one progress record (JSON). Throws InputError naming `what` when it is not one.

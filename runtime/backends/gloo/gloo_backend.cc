@@ -183,7 +183,9 @@ class GlooBackend : public Backend {
 
   std::string_view name() const override { return "gloo"; }
   void set_comm_info(std::shared_ptr<const trace::CommInfo> info) override {
-    if (shm_ && info) shm_->set_global_ranks(info->global_ranks);
+    if (!info) return;
+    global_ranks_ = info->global_ranks;
+    if (shm_) shm_->set_global_ranks(info->global_ranks);
   }
   std::string version() const override {
     return fmt::format("gloo {}.{}.{}", GLOO_VERSION_MAJOR, GLOO_VERSION_MINOR, GLOO_VERSION_PATCH);
@@ -200,7 +202,7 @@ class GlooBackend : public Backend {
       Error error = translate(e);
       if (gloo_timeout(op) < op.timeout && error.code() != ErrorCode::kInvalidArgument) {
         error = gloo_diagnose(op, context_->rank, context_->size, *comm_store_,
-                              diagnose_reserve(op), std::move(error));
+                              diagnose_reserve(op), std::move(error), global_ranks_);
       }
       throw error;
     }
@@ -618,7 +620,7 @@ class GlooBackend : public Backend {
       } catch (const Error& e) {
         if (e.code() != ErrorCode::kTimeout) throw;
         throw gloo_diagnose(op, context_->rank, context_->size, *comm_store_, diagnose_reserve(op),
-                            e);
+                            e, global_ranks_);
       }
       if (bytes != 0) consume_shm_chunk(op, shape.count, done, k, bytes);
       done += k;
@@ -684,6 +686,7 @@ class GlooBackend : public Backend {
   const size_t one_shot_max_bytes_;  // GlooConfig::one_shot_max_bytes.
   const size_t shm_slot_bytes_;      // GlooConfig::shm_slot_bytes.
   std::unique_ptr<ShmGroup> shm_;    // Null when the ranks cannot share memory.
+  std::vector<int> global_ranks_;    // Group rank -> global rank, for error messages.
   std::vector<char> pair_;           // Recursive doubling's buffers: this rank's, the peer's.
   std::vector<char> acc_[2];         // Reused across ops.
   std::vector<char> recv_;

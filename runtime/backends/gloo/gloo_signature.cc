@@ -61,8 +61,26 @@ uint32_t gloo_tag(const Op& op) {
   return seq | (h << 16);
 }
 
+std::string group_ranks_phrase(std::span<const int> group_ranks,
+                               std::span<const int> global_ranks) {
+  std::vector<int> global;
+  bool same = true;
+  for (const int r : group_ranks) {
+    const int g = r >= 0 && r < static_cast<int>(global_ranks.size()) ? global_ranks[r] : r;
+    global.push_back(g);
+    same = same && g == r;
+  }
+  const bool one = group_ranks.size() == 1;
+  const std::string mine =
+      one ? std::to_string(group_ranks[0]) : fmt::format("[{}]", fmt::join(group_ranks, ", "));
+  if (same) return fmt::format("rank{} {}", one ? "" : "s", mine);
+  return fmt::format(
+      "group rank{0} {1} (global rank{0} {2})", one ? "" : "s", mine,
+      one ? std::to_string(global[0]) : fmt::format("[{}]", fmt::join(global, ", ")));
+}
+
 Error gloo_diagnose(const Op& op, int rank, int size, Store& store, std::chrono::milliseconds wait,
-                    Error failure) {
+                    Error failure, std::span<const int> global_ranks) {
   const std::string mine = gloo_signature(op);
   const auto key = [&](int r) { return fmt::format("signature/{}/{}", op.collective_seq, r); };
   std::vector<std::pair<std::string, std::vector<int>>> groups;  // In order of their first rank.
@@ -85,8 +103,8 @@ Error gloo_diagnose(const Op& op, int rank, int size, Store& store, std::chrono:
   if (groups.size() == 1) return failure;
   std::vector<std::string> parts;
   for (const auto& [signature, ranks] : groups) {
-    parts.push_back(fmt::format("rank{} [{}] passed {}", ranks.size() > 1 ? "s" : "",
-                                fmt::join(ranks, ", "), signature));
+    parts.push_back(
+        fmt::format("{} passed {}", group_ranks_phrase(ranks, global_ranks), signature));
   }
   return Error(ErrorCode::kInvalidArgument, {},
                fmt::format("ranks passed different arguments to one collective: {} (so their "

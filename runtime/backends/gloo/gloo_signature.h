@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "runtime/error.h"
@@ -27,7 +28,12 @@ uint32_t gloo_tag(const Op& op);
 // After `op` failed with `failure` on `rank` of a communicator of `size` ranks: publishes this
 // rank's signature under `store` and reads the others' for up to `wait`. Returns
 // Error(kInvalidArgument) naming every rank's signature when they differ; else `failure`.
+// `global_ranks` (group rank -> global rank; empty when unknown) names each rank both ways.
 Error gloo_diagnose(const Op& op, int rank, int size, Store& store, std::chrono::milliseconds wait,
-                    Error failure);
+                    Error failure, std::span<const int> global_ranks = {});
+
+// "rank 2" when group and global rank agree (or the global one is unknown), else "group rank 0
+// (global rank 2)"; for several, "group ranks [0, 1] (global ranks [2, 3])".
+std::string group_ranks_phrase(std::span<const int> group_ranks, std::span<const int> global_ranks);
 
 }  // namespace meshrt
