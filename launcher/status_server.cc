@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 // clang-format off
+#include <algorithm>
 #include <utility>  // Before Asio: Boost 1.74's awaitable.hpp uses std::exchange unincluded.
 // clang-format on
 
@@ -175,6 +176,8 @@ struct StatusServer::Impl {
     std::shared_ptr<net::io_context> io;
     std::thread thread;
     std::shared_ptr<std::atomic<bool>> done;
+    // True until its request has arrived: a slow (slowloris) client sits here.
+    std::shared_ptr<std::atomic<bool>> reading;
   };
 
   Impl(StatusServerOptions o, LiveBoard& b) : options(std::move(o)), board(b), acceptor(io) {}
@@ -196,30 +199,43 @@ struct StatusServer::Impl {
       return true;
     });
     if (static_cast<int>(connections.size()) >= options.max_connections) {
-      static constexpr std::string_view kBusy =
-          "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
-      beast::error_code ignored;
-      net::write(socket, net::buffer(kBusy), ignored);
-      return;
+      // Full: the oldest connection still waiting for its request makes room, so clients that
+      // connect and dribble (or send nothing) cannot keep complete requests out.
+      const auto slow = std::find_if(connections.begin(), connections.end(), [](Connection& c) {
+        return !*c.done && c.reading->exchange(false);
+      });
+      if (slow == connections.end()) {
+        static constexpr std::string_view kBusy =
+            "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: "
+            "close\r\n\r\n";
+        beast::error_code ignored;
+        net::write(socket, net::buffer(kBusy), ignored);
+        return;
+      }
+      slow->io->stop();
     }
     auto done = std::make_shared<std::atomic<bool>>(false);
+    auto reading = std::make_shared<std::atomic<bool>>(true);
     Connection& c = connections.emplace_back();
     c.io = conn_io;
     c.done = done;
-    c.thread = std::thread([this, conn_io, done, s = std::move(socket)]() mutable {
-      serve(*conn_io, std::move(s));
+    c.reading = reading;
+    c.thread = std::thread([this, conn_io, done, reading, s = std::move(socket)]() mutable {
+      serve(*conn_io, std::move(s), *reading);
       *done = true;
     });
   }
 
-  void serve(net::io_context& conn_io, tcp::socket socket) {
+  void serve(net::io_context& conn_io, tcp::socket socket, std::atomic<bool>& reading) {
     beast::tcp_stream stream(std::move(socket));
     beast::flat_buffer buffer(kMaxHeaderBytes);
     http::request_parser<http::empty_body> parser;
     parser.header_limit(kMaxHeaderBytes);
     http::response<http::string_body> res;
-    stream.expires_after(options.io_timeout);
+    stream.expires_after(std::min(options.io_timeout, options.request_timeout));
     http::async_read(stream, buffer, parser, [&](beast::error_code ec, size_t) {
+      // Answering now: no longer a candidate to make room for others.
+      if (!reading.exchange(false) && !ec) return;  // Chosen to make room just as it arrived.
       if (ec == beast::error::timeout || ec == net::error::eof ||
           ec == net::error::connection_reset) {
         return;

@@ -23,8 +23,12 @@ struct StatusServerOptions {
   // address (other users of a host reach its loopback too); the server makes a random one when
   // none is given.
   std::string token;
-  std::chrono::milliseconds io_timeout{5000};     // Per read or write of one connection.
-  int max_connections = 16;                       // More at once are answered 503 at once.
+  std::chrono::milliseconds io_timeout{5000};  // Per read or write of one connection.
+  // Bound on the whole request's arrival: a client that dribbles its headers is dropped.
+  std::chrono::milliseconds request_timeout{2000};
+  // Connections at once. When full, the oldest one still waiting for its request is dropped to
+  // make room; only when every one is being answered is a new one told 503.
+  int max_connections = 16;
   std::chrono::milliseconds snapshot_wait{3000};  // Bound on the ranks' snapshot answers.
 };
 

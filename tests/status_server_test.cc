@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <string_view>
 #include <thread>
 
 #include "launcher/live_board.h"
@@ -377,6 +378,34 @@ TEST(StatusServer, ServesOverHttpAndASilentClientHoldsUpNobody) {
       << metrics.body;
   bearer.bearer = "x" + server.token().substr(1);
   EXPECT_EQ(http_get(bearer, "/metrics", 5000ms).status, 403);
+}
+
+// 20 clients that send half a request and wait (slowloris) against 16 connection slots: every
+// complete request is still answered, at once, and the dribblers are dropped.
+TEST(StatusServer, SlowClientsMakeRoomForCompleteRequests) {
+  auto board = stalled_board();
+  StatusServer server(StatusServerOptions{}, *board);
+  const HttpEndpoint at = trace::parse_http_endpoint(server.url());
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(server.port());
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::vector<int> slow;
+  for (int i = 0; i < 20; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    static constexpr std::string_view kHalf = "GET / HTTP/1.1\r\nHost: x\r\n";
+    ASSERT_EQ(::send(fd, kHalf.data(), kHalf.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(kHalf.size()));
+    slow.push_back(fd);
+  }
+  std::this_thread::sleep_for(100ms);  // Let the server take them all in.
+  const auto t0 = std::chrono::steady_clock::now();
+  int ok = 0;
+  for (int i = 0; i < 12; ++i) ok += http_get(at, "/status.json", 5000ms).status == 200 ? 1 : 0;
+  EXPECT_EQ(ok, 12);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1500ms);
+  for (const int fd : slow) ::close(fd);
 }
 
 TEST(StatusServer, AFixedTokenIsTheUsers) {
