@@ -11,11 +11,13 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <climits>
@@ -24,6 +26,8 @@
 #include <functional>
 #include <random>
 #include <utility>
+
+#include "trace/logging.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -156,6 +160,24 @@ std::string map_segment(const std::string& name, bool create, size_t bytes, Mapp
   return why;
 }
 
+// A segment rank 0 could not make (/dev/shm full or too small, as in many containers) silently
+// turns every op of the group into TCP: say so once per process, with the room it needed.
+void warn_no_segment(const std::string& why, size_t bytes) {
+  static std::atomic<bool> said{false};
+  if (said.exchange(true)) return;
+  struct statvfs fs {};
+  const std::string room =
+      statvfs("/dev/shm", &fs) == 0
+          ? fmt::format("; /dev/shm has {} bytes free",
+                        static_cast<uint64_t>(fs.f_bavail) * static_cast<uint64_t>(fs.f_frsize))
+          : "";
+  log().warn(
+      "shared memory between this host's ranks is unavailable ({}): a segment of {} bytes is "
+      "needed{}; the ranks use TCP instead, which is slower. Make room in /dev/shm (docker: "
+      "--shm-size) or lower MESHRT_GLOO_SHM_SLOT_BYTES",
+      why, bytes, room);
+}
+
 template <typename T>
 std::vector<T> all_gather(const std::shared_ptr<gloo::Context>& context, T mine,
                           std::chrono::milliseconds timeout) {
@@ -244,6 +266,7 @@ std::unique_ptr<ShmGroup> ShmGroup::create(const std::shared_ptr<gloo::Context>&
     std::random_device random;
     const std::string s = fmt::format("/meshrt-{}-{:08x}{:08x}", getpid(), random(), random());
     why = map_segment(s, true, bytes, mapping);
+    if (!why.empty()) warn_no_segment(why, bytes);
     if (why.empty()) {
       unlink_on_exit.name = s;
       std::memcpy(name.data(), s.data(), s.size());
