@@ -350,7 +350,22 @@ void ShmGroup::exchange(const ShmStamp& stamp, Clock::time_point deadline) {
   for (int q = 0; q < size_; ++q) {
     if (q == rank_) continue;
     wait_for(q, e, deadline);
-    const ShmStamp& theirs = header(e, q).stamp;
+    const ShmStamp theirs = header(e, q).stamp;
+    // Every rank writes its stamp from gloo_tag(): the tag's low 16 bits are the seq's, and
+    // ranks of one group are never far apart. A stamp that breaks either was not written by a
+    // rank: something else wrote into the segment. Say that, not "a different collective".
+    const uint64_t apart = theirs.collective_seq > stamp.collective_seq
+                               ? theirs.collective_seq - stamp.collective_seq
+                               : stamp.collective_seq - theirs.collective_seq;
+    if ((theirs.tag & 0xffffu) != (theirs.collective_seq & 0xffffu) || apart > (1u << 20)) {
+      throw Error(ErrorCode::kBackend, {},
+                  fmt::format("gloo shared memory: the header {}'s slot carries (seq {}, tag "
+                              "{:#x}), which no rank writes: another process wrote into this "
+                              "group's segment, so this op's data cannot be trusted (the segment "
+                              "trusts processes of the same user, as NCCL's and MPI's do: "
+                              "docs/reliability.md)",
+                              peer(q), theirs.collective_seq, theirs.tag));
+    }
     if (theirs.collective_seq != stamp.collective_seq || theirs.tag != stamp.tag) {
       // Over TCP such ranks' messages never match and the op hangs until its timeout, while the
       // live monitor names the stall and the flight recorder dumps. Shared memory behaves alike.
