@@ -462,6 +462,7 @@ void Agent::monitor(int attempt, std::vector<LocalRank>& ranks, Store& job) {
       if (r.ended) continue;
       if (auto exit = r.process->poll()) {
         r.ended = true;
+        remove_segments_of(r.status.pid);
         r.status.exit = *exit;
         r.status.end_time = utc_now();
         if (failed == nullptr && r.status.failed()) failed = &r;

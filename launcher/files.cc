@@ -65,4 +65,18 @@ std::string dir_name(const std::string& path) {
   return slash == 0 ? "/" : path.substr(0, slash);
 }
 
+int remove_segments_of(int pid) {
+  const std::string prefix = "meshrt-" + std::to_string(pid) + "-";
+  int removed = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!name.starts_with(prefix) || name.size() != prefix.size() + 16) continue;
+    struct stat st {};
+    if (::stat(entry.path().c_str(), &st) != 0 || st.st_uid != ::geteuid()) continue;
+    if (std::filesystem::remove(entry.path(), ec)) ++removed;
+  }
+  return removed;
+}
+
 }  // namespace meshrt::launcher

@@ -21,4 +21,9 @@ std::string base_name(const std::string& path);
 // The part up to the last '/' ("." when there is none).
 std::string dir_name(const std::string& path);
 
+// Removes the shared-memory segment names a rank process `pid`, now reaped, left in /dev/shm
+// (`meshrt-<pid>-<16 hex>`, this user's): a rank killed while making a communicator's segment
+// leaves its name behind (runtime/backends/gloo/shm_group.cc). Returns how many it removed.
+int remove_segments_of(int pid);
+
 }  // namespace meshrt::launcher

@@ -2,14 +2,17 @@
 // 4, 8 and 9 ranks (through shared memory, in one chunk and in many, and over TCP, all_reduce both
 // by recursive doubling and by the ring), p2p and split, a peer that dies mid-job, an abort, and
 // the shared-memory knob's bounds.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <string>
@@ -46,6 +49,22 @@ std::vector<std::string> leaked_segments() {
   return leaked;
 }
 
+// A pid that no process has any more: a child's, reaped.
+int dead_pid() {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(0);
+  ::waitpid(pid, nullptr, 0);
+  return pid;
+}
+
+// A segment name as a creator killed during setup leaves it, written `age` ago.
+std::filesystem::path fake_segment(int pid, std::chrono::seconds age) {
+  const std::filesystem::path p = fmt::format("/dev/shm/meshrt-{}-0123456789abcdef", pid);
+  std::ofstream(p) << "x";
+  std::filesystem::last_write_time(p, std::filesystem::file_time_type::clock::now() - age);
+  return p;
+}
+
 // What a Gloo communicator logs at info when its ranks cannot share a segment.
 constexpr const char* kStaysOnTcp = "TCP instead of shared memory";
 
@@ -76,6 +95,23 @@ TEST_P(GlooWorld, EveryCollectiveDtypeReduceOpP2PAndSplit) {
     EXPECT_EQ(r.output.find(kStaysOnTcp) != std::string::npos, shm_max == "0") << r.output;
   }
   EXPECT_EQ(leaked_segments(), std::vector<std::string>{});
+}
+
+// A segment name whose creator died while making it (kill -9 at the wrong instant) is removed
+// by the next process that makes a segment; a fresh one (a job being set up right now) and one of
+// a live process stay.
+TEST(Gloo, TheNextJobSweepsSegmentNamesLeftByDeadCreators) {
+  const auto leaked = fake_segment(dead_pid(), std::chrono::seconds(120));
+  const auto fresh = fake_segment(dead_pid(), std::chrono::seconds(0));
+  const auto alive = fake_segment(::getpid(), std::chrono::seconds(120));
+  const auto results = run_ranks({MESHRT_GLOO_WORKER, "collectives"}, 2, std::chrono::seconds(90),
+                                 {{"MESHRT_INIT_TIMEOUT_MS", "30000"}});
+  for (const auto& r : results) EXPECT_EQ(r.exit_code, 0) << describe(results);
+  EXPECT_FALSE(std::filesystem::exists(leaked));
+  EXPECT_TRUE(std::filesystem::exists(fresh));
+  EXPECT_TRUE(std::filesystem::exists(alive));
+  std::filesystem::remove(fresh);
+  std::filesystem::remove(alive);
 }
 
 TEST(Gloo, RanksWithDifferentSlotSizesAllStayOnTcp) {

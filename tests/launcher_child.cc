@@ -5,6 +5,7 @@
 //   env             a stdout line with the launcher's variables
 //   getenv=A,B      a stdout line "getenv A=<value> B=<value>" (unset: "A=<unset>")
 //   world           meshrt::init(), all_reduce of rank+1 (checked: n(n+1)/2), barrier
+//   leak-shm        leaves a segment name in /dev/shm, as a rank killed during its setup does
 //   hold-world      the same, keeping the world (and its watchdog) alive for the later steps
 //   token           a stdout line "token length=<n> hex=<yes|no>" about MESHRT_STORE_TOKEN
 //   stranger        as a stranger would: reach MASTER_ADDR:MASTER_PORT with no token and try a
@@ -33,6 +34,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
@@ -255,6 +257,11 @@ int run_step(const std::string& name, const std::string& value, int rank) {
   if (name == "report-signals") {
     ::signal(SIGINT, on_signal);
     ::signal(SIGTERM, on_signal);
+    return 0;
+  }
+  if (name == "leak-shm") {
+    // What a rank killed while making a segment leaves: its name, under this process's pid.
+    std::ofstream(fmt::format("/dev/shm/meshrt-{}-0123456789abcdef", ::getpid())) << "x";
     return 0;
   }
   if (name == "dump-signal") {

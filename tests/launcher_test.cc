@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -770,6 +771,27 @@ TEST(Meshrun, SurvivorsSayMeshrunSignalledTheirDumpBecauseARankDied) {
       nlohmann::json::parse(read_all(logs.path() + "/attempt_0/fr_trace_0"), nullptr, false);
   ASSERT_FALSE(dump.is_discarded()) << log;
   EXPECT_EQ(dump["trigger"]["detail"], "dump signalled by meshrun because rank 1 died of SIGKILL");
+  EXPECT_EQ(survivors(marker), std::vector<int>{});
+}
+
+// A rank killed while its segment's name still exists: meshrun removes the name when it reaps
+// the rank, so nothing stays in /dev/shm (tmpfs) until reboot.
+TEST(Meshrun, ASegmentNameLeftByAKilledRankIsRemoved) {
+  TempDir logs;
+  const std::string marker = unique_marker();
+  const auto r = run_meshrun(
+      {"--standalone", "--nproc-per-node", "2", "--log-dir", logs.path(), MESHRT_LAUNCHER_CHILD,
+       marker, "leak-shm@0", "print=leaked@0", "signal=9@0", "sleep=60@1"},
+      60s, kInitEnv);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  const std::string log = read_all(logs.path() + "/attempt_0/rank_0.log");
+  EXPECT_TRUE(contains(log, "leaked")) << log << r.err;
+  // Rank 0's pid, from the summary's "rank 0 (node 0, local rank 0, pid N)".
+  const size_t at = r.err.find("rank 0 (node 0, local rank 0, pid ");
+  ASSERT_NE(at, std::string::npos) << r.err;
+  const int pid = std::atoi(r.err.c_str() + at + std::strlen("rank 0 (node 0, local rank 0, pid "));
+  EXPECT_FALSE(std::filesystem::exists(fmt::format("/dev/shm/meshrt-{}-0123456789abcdef", pid)))
+      << r.err;
   EXPECT_EQ(survivors(marker), std::vector<int>{});
 }
 

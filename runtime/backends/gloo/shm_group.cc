@@ -21,7 +21,9 @@
 #include <bit>
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <random>
@@ -160,6 +162,37 @@ std::string map_segment(const std::string& name, bool create, size_t bytes, Mapp
   return why;
 }
 
+// A segment's name lives only from its creation until every rank mapped it; a creator killed in
+// that instant leaves it in /dev/shm (tmpfs: until reboot). Before making its first segment a
+// process removes such names: this user's `meshrt-<pid>-<16 hex>` whose creator is gone and that
+// are older than any setup (so a job starting right now, even in another PID namespace, keeps
+// its own).
+void sweep_leaked_segments() {
+  static std::atomic<bool> swept{false};
+  if (swept.exchange(true)) return;
+  std::error_code ec;
+  const auto now = std::filesystem::file_time_type::clock::now();
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    const std::string name = entry.path().filename().string();
+    unsigned pid = 0;
+    char hex[17] = {};
+    int end = 0;
+    if (std::sscanf(name.c_str(), "meshrt-%u-%16[0-9a-f]%n", &pid, hex, &end) != 2 ||
+        static_cast<size_t>(end) != name.size() || std::strlen(hex) != 16) {
+      continue;
+    }
+    struct stat st {};
+    if (::stat(entry.path().c_str(), &st) != 0 || st.st_uid != ::geteuid()) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    std::error_code time_ec;
+    const auto written = std::filesystem::last_write_time(entry.path(), time_ec);
+    if (time_ec || now - written < std::chrono::seconds(30)) continue;
+    if (shm_unlink(("/" + name).c_str()) == 0) {
+      log().info("removed /dev/shm/{}, left by process {} that died while making it", name, pid);
+    }
+  }
+}
+
 // A segment rank 0 could not make (/dev/shm full or too small, as in many containers) silently
 // turns every op of the group into TCP: say so once per process, with the room it needed.
 void warn_no_segment(const std::string& why, size_t bytes) {
@@ -263,6 +296,7 @@ std::unique_ptr<ShmGroup> ShmGroup::create(const std::shared_ptr<gloo::Context>&
     }
   } unlink_on_exit;
   if (rank == 0) {
+    sweep_leaked_segments();
     std::random_device random;
     const std::string s = fmt::format("/meshrt-{}-{:08x}{:08x}", getpid(), random(), random());
     why = map_segment(s, true, bytes, mapping);
