@@ -463,6 +463,11 @@ void Agent::monitor(int attempt, std::vector<LocalRank>& ranks, Store& job) {
       if (auto exit = r.process->poll()) {
         r.ended = true;
         remove_segments_of(r.status.pid);
+        if (board_) {
+          board_->rank_ended(r.status.rank, exit->signal != 0
+                                                ? "killed by " + signal_name(exit->signal)
+                                                : "exited " + std::to_string(exit->exit_code));
+        }
         r.status.exit = *exit;
         r.status.end_time = utc_now();
         if (failed == nullptr && r.status.failed()) failed = &r;

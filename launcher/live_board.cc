@@ -63,6 +63,7 @@ void LiveBoard::begin_attempt(int attempt, int world_size, std::shared_ptr<Store
   world_size_ = world_size;
   job_ = std::move(job);
   progress_.assign(world_size, "");
+  ended_.assign(world_size, "");
   progress_wall_ns_ = 0;
   stall_ = {};
 }
@@ -78,6 +79,11 @@ void LiveBoard::set_progress(std::vector<std::string> records) {
   std::lock_guard lock(mu_);
   progress_ = std::move(records);
   progress_wall_ns_ = wall_now_ns();
+}
+
+void LiveBoard::rank_ended(int rank, std::string how) {
+  std::lock_guard lock(mu_);
+  if (rank >= 0 && rank < static_cast<int>(ended_.size())) ended_[rank] = std::move(how);
 }
 
 void LiveBoard::add_event(const std::string& line, bool active) {
@@ -215,7 +221,12 @@ std::string LiveBoard::status_json(int64_t now_wall_ns) const {
       {"world_size", world_size_}, {"stall_threshold_s", stall_s_}, {"wall_ns", now_wall_ns}};
   json ranks = json::array();
   for (int r = 0; r < static_cast<int>(progress_.size()); ++r) {
-    ranks.push_back(rank_row(r, progress_[r], now_wall_ns));
+    json row = rank_row(r, progress_[r], now_wall_ns);
+    if (r < static_cast<int>(ended_.size()) && !ended_[r].empty()) {
+      row["state"] = "ended";
+      row["ended"] = ended_[r];
+    }
+    ranks.push_back(std::move(row));
   }
   j["ranks"] = std::move(ranks);
   // The verdict is the newest event while it is active (a stall not yet cleared).

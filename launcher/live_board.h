@@ -35,6 +35,9 @@ class LiveBoard {
 
   // The ranks' latest progress records (runtime/progress_publisher.h), by rank ("" when none).
   void set_progress(std::vector<std::string> records);
+  // Rank `rank`'s process ended (its agent reaped it): `how` such as "exited 0" or "killed by
+  // SIGKILL" shows instead of its last state, which would otherwise read as current.
+  void rank_ended(int rank, std::string how);
   // A verdict printed; `active` false for a "stall cleared" line.
   void add_event(const std::string& line, bool active);
   // The op the live monitor reported stalled, until clear_stall(): `group` is its communicator.
@@ -70,6 +73,7 @@ class LiveBoard {
   int world_size_ = 0;
   std::shared_ptr<Store> job_;
   std::vector<std::string> progress_;
+  std::vector<std::string> ended_;  // rank_ended()'s text by rank; "" while it runs.
   int64_t progress_wall_ns_ = 0;
   std::deque<Event> events_;  // The newest last; bounded.
   struct Stall {

@@ -71,8 +71,11 @@ function draw(s) {
     const row = el("tr");
     row.id = "rank-" + r.rank;
     row.append(el("td", "rank " + r.rank),
-               el("td", r.state === "unknown" ? "no record yet" : r.state.replace("_", " ") +
-                  " for " + secs(r.state_ms)));
+               el("td", r.state === "ended" ? "process " + r.ended :
+                        r.state === "unknown" ? "no record yet" :
+                        r.state.replace("_", " ") + " for " + secs(r.state_ms) +
+                        (r.age_ms > 3000 ? " (record " + secs(r.age_ms) + " old: silent)" : ""),
+                  r.age_ms > 3000 && r.state !== "ended" ? "slow" : ""));
     for (const n of names) {
       const c = r.comms.find(x => x.name === n);
       if (!c) { row.append(el("td", "-", "muted")); continue; }

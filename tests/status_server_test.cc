@@ -102,6 +102,23 @@ TEST(LiveBoard, VerdictShowsUntilItClears) {
   EXPECT_FALSE(j["events"][1]["active"].get<bool>());
 }
 
+// A rank whose process ended shows how, not "no record yet" or its last state; a record far
+// older than the 1 s period is marked silent.
+TEST(LiveBoard, EndedRanksAndStaleRecordsSayWhatTheyAre) {
+  LiveBoard board("job", 10);
+  board.begin_attempt(0, 2, nullptr);
+  board.set_progress({record(0, "in_op", 4000, true, 7000), ""});
+  board.rank_ended(1, "killed by SIGKILL");
+  const std::string status = board.status_json(wall_now_ns());
+  const json j = json::parse(status);
+  EXPECT_EQ(j["ranks"][1]["state"], "ended");
+  EXPECT_EQ(j["ranks"][1]["ended"], "killed by SIGKILL");
+  const std::string text = trace::format_live_status(status);
+  EXPECT_NE(text.find("process killed by SIGKILL"), std::string::npos) << text;
+  EXPECT_EQ(text.find("no record yet"), std::string::npos) << text;
+  EXPECT_NE(text.find("(record 7.0 s old: silent)"), std::string::npos) << text;
+}
+
 TEST(LiveBoard, RecordsThatAreNotRecordsShowAsUnknown) {
   LiveBoard board("job", 10);
   board.begin_attempt(0, 3, nullptr);

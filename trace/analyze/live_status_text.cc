@@ -43,10 +43,16 @@ std::string cell(const json& c, int64_t threshold_ms) {
 
 std::string state(const json& r) {
   const std::string s = r.value("state", "unknown");
+  if (s == "ended") return "process " + r.value("ended", std::string("ended"));
   if (s == "unknown") return "no record yet";
   std::string words = s;
   std::replace(words.begin(), words.end(), '_', ' ');
-  return fmt::format("{} for {}", words, secs(r.value("state_ms", int64_t{0})));
+  std::string out = fmt::format("{} for {}", words, secs(r.value("state_ms", int64_t{0})));
+  // Records come each second: one much older is a rank that stopped answering, not its state.
+  if (const int64_t age = r.value("age_ms", int64_t{0}); age > 3000) {
+    out += fmt::format(" (record {} old: silent)", secs(age));
+  }
+  return out;
 }
 
 }  // namespace
