@@ -2,22 +2,17 @@
 
 #include <algorithm>
 
-#include "runtime/error.h"
-
 namespace meshrt {
 
 Shape::Shape(std::initializer_list<int64_t> dims) : ndim_(dims.size()) {
-  if (ndim_ > kMaxDims) {
-    throw Error(
-        ErrorCode::kInvalidArgument, {},
-        "a shape has at most " + std::to_string(kMaxDims) + " dims, got " + std::to_string(ndim_));
-  }
-  std::copy_n(dims.begin(), ndim_, dims_.begin());
+  // Too many dims are kept as a count, not thrown here: the op that gets the shape refuses it
+  // with the rank, communicator and op that an error here could not name.
+  std::copy_n(dims.begin(), std::min(ndim_, kMaxDims), dims_.begin());
 }
 
 int64_t Shape::numel() const {
   int64_t n = 1;
-  for (size_t i = 0; i < ndim_; ++i) n *= dims_[i];
+  for (const int64_t d : dims()) n *= d;
   return n;
 }
 

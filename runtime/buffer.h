@@ -1,6 +1,7 @@
 // A non-owning view of the memory a collective reads or writes: no tensor library needed.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -38,15 +39,16 @@ class Shape {
 
   // No shape: the buffer is flat.
   Shape() = default;
-  // The shape `dims`, outermost first; throws Error(kInvalidArgument) beyond kMaxDims dims.
+  // The shape `dims`, outermost first. Beyond kMaxDims dims only the first kMaxDims are kept
+  // and the op given it refuses it (Error(kInvalidArgument) naming rank, communicator and op).
   Shape(std::initializer_list<int64_t> dims);
 
-  // Number of dims; 0 when unset.
+  // Number of dims as given; 0 when unset. Above kMaxDims the shape is refused by every op.
   size_t ndim() const { return ndim_; }
-  // Size of dim `i`; `i` must be below ndim() (unchecked).
+  // Size of dim `i`; `i` must be below ndim() and kMaxDims (unchecked).
   int64_t operator[](size_t i) const { return dims_[i]; }
-  // The sizes of the dims, outermost first.
-  std::span<const int64_t> dims() const { return {dims_.data(), ndim_}; }
+  // The sizes of the dims kept, outermost first.
+  std::span<const int64_t> dims() const { return {dims_.data(), std::min(ndim_, kMaxDims)}; }
   // Product of the dims; 1 for an empty shape (which means unset, not 0-d).
   int64_t numel() const;
   // True when no shape was given.

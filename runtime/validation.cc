@@ -42,6 +42,10 @@ class Checker {
   }
 
   void shape(const BufferView& b, std::string_view what) const {
+    if (b.shape.ndim() > Shape::kMaxDims) {
+      fail("{} has a shape of {} dims: a shape has at most {}", what, b.shape.ndim(),
+           Shape::kMaxDims);
+    }
     int64_t numel = 1;
     for (size_t i = 0; i < b.shape.ndim(); ++i) {
       if (b.shape[i] < 0)

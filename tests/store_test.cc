@@ -615,6 +615,35 @@ TEST(TcpStoreServerTest, MalformedRequestsGetAReplyThenTheirConnectionIsClosed) 
   bystander->ping();
 }
 
+// 50 clients park a get with a 600 s deadline, send one more byte and hang up: the server frees
+// every connection and waiter at once, not at the deadline (a peek sees the byte, not the EOF
+// behind it, so bytes while parked close the connection).
+TEST(TcpStoreServerTest, ParkedClientsThatSendMoreAndHangUpAreFreedAtOnce) {
+  TcpStoreServer server;
+  std::vector<char> frame;
+  store_protocol::FrameWriter get(frame);
+  get.u8(static_cast<uint8_t>(store_protocol::Command::kGet));
+  get.i64(600000);
+  get.bytes(std::string_view("never"));
+  get.finish();
+  {
+    std::vector<std::unique_ptr<RawConnection>> clients;
+    for (int i = 0; i < 50; ++i) {
+      clients.push_back(std::make_unique<RawConnection>(server.port()));
+      clients.back()->send(frame);
+    }
+    const auto parked_by = Clock::now() + 5s;
+    while (server.client_count() < 50 && Clock::now() < parked_by)
+      std::this_thread::sleep_for(10ms);
+    ASSERT_EQ(server.client_count(), 50u);
+    std::this_thread::sleep_for(100ms);  // Every get parked.
+    for (auto& c : clients) c->send({'x'});
+  }  // Every client hangs up.
+  const auto freed_by = Clock::now() + 3s;
+  while (server.client_count() > 0 && Clock::now() < freed_by) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(server.client_count(), 0u);
+}
+
 TEST(PrefixStoreTest, IsolatesNamespacesOnOneServer) {
   TcpStoreServer server;
   std::shared_ptr<Store> base = connect(server);

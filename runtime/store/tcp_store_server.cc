@@ -553,7 +553,11 @@ void TcpStoreServer::Impl::watch_for_hangup(const SessionPtr& s) {
     }
     // EOF or a reset: the client is gone, so its waiter must not linger until the deadline.
     if (peek_ec || n == 0) return drop(s);
-    // Otherwise the client sent more bytes early; they are read after this reply.
+    // Bytes while its request is parked: a second request before the reply, which the protocol
+    // refuses anyway (read_header), or data and then a hang-up that a peek cannot see past.
+    // Either way the connection and its waiter go now, not at the request's deadline.
+    log_refusal(s, "sent bytes while its request was parked (one request at a time); closed");
+    drop(s);
   });
 }
 
