@@ -1,11 +1,11 @@
-// stall: four ranks on a 2 x 2 mesh (pp x tp) that stall in one of four ways, for the live
-// verdict (docs/diagnosis.md). Each rank runs two healthy steps (tp all_reduce, pp broadcast),
-// then in step 3 rank 3 goes wrong:
+// stall: four ranks on a 2 x 2 mesh (pp x tp) that stall, for the live verdict
+// (docs/diagnosis.md). Two healthy steps (tp all_reduce, pp broadcast), then rank 3 in step 3:
 //   skip       skips the tp all_reduce #3, runs the pp broadcast #3 and moves on;
 //   user_code  sleeps in user code before the tp all_reduce #3;
 //   wrong_op   calls all_gather on tp where the others call all_reduce #3;
 //   p2p        a pipeline exchange over the world in which rank 2 receives from rank 3 instead
-//              of rank 0 (a p2p deadlock).
+//              of rank 0 (a p2p deadlock);
+//   straggler  no stall: steps with 20 ms of work for --sleep-s seconds, rank 3's 200 ms.
 // Run under meshrun with MESHRT_STALL_S small and a long --timeout-ms: meshrun prints the
 // verdict while the ranks wait; the watchdog ends the job at the timeout.
 #include <CLI/CLI.hpp>
@@ -46,6 +46,12 @@ void run_rank(const std::shared_ptr<meshrt::Communicator>& world_ptr, const std:
     } else {
       step(*mesh, a, true, false);
     }
+  } else if (mode == "straggler") {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(sleep_s);
+    while (std::chrono::steady_clock::now() < end) {
+      step(*mesh, a, true, true);
+      std::this_thread::sleep_for(std::chrono::milliseconds(culprit ? 200 : 20));
+    }
   } else {  // p2p: stage 0 sends then receives, stage 1 receives then sends.
     const int peer = rank < 2 ? rank + 2 : rank - 2;
     if (rank < 2) {
@@ -67,7 +73,7 @@ int main(int argc, char** argv) {
   int64_t timeout_ms = 60000;
   int64_t sleep_s = 30;
   app.add_option("--case", mode, "how rank 3 goes wrong")
-      ->check(CLI::IsMember({"skip", "user_code", "wrong_op", "p2p"}));
+      ->check(CLI::IsMember({"skip", "user_code", "wrong_op", "p2p", "straggler"}));
   app.add_option("--timeout-ms", timeout_ms, "the communicators' op timeout")
       ->check(CLI::PositiveNumber);
   app.add_option("--sleep-s", sleep_s, "how long rank 3 stays in user code")

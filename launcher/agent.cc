@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "launcher/child_process.h"
@@ -22,6 +23,7 @@
 #include "launcher/unique_fd.h"
 #include "runtime/error.h"
 #include "runtime/store/dump_keys.h"
+#include "runtime/store/exit_keys.h"
 #include "runtime/store/prefix_store.h"
 #include "runtime/store/store_auth.h"
 #include "trace/env.h"
@@ -33,6 +35,7 @@ struct LocalRank {
   RankStatus status;
   std::unique_ptr<ChildProcess> process;
   bool ended = false;
+  bool stopped = false;  // Found stopped (SIGSTOP) while the job waited for its dump.
 };
 
 namespace {
@@ -77,16 +80,6 @@ constexpr std::pair<const char*, const char*> kReportFiles[] = {
     {"MESHRT_SCOPE_TREE", "scope_tree_{rank}.json"},
     {"MESHRT_TRACE_CHROME", "trace_{rank}.json"},
 };
-
-// Why find_meshtrace found nothing, for the summary.
-std::string meshtrace_not_found() {
-  if (auto env = trace::env::get({"MESHRT_MESHTRACE"})) {
-    return fmt::format("meshtrace not found: MESHRT_MESHTRACE={} is not executable", *env);
-  }
-  return fmt::format(
-      "meshtrace not found (in $MESHRT_MESHTRACE, next to meshrun in {}, or on PATH)",
-      executable_dir());
-}
 
 }  // namespace
 
@@ -473,19 +466,49 @@ void Agent::monitor(int attempt, std::vector<LocalRank>& ranks, Store& job) {
         if (failed == nullptr && r.status.failed()) failed = &r;
         try {
           dump_keys::count_dump_once(job, r.status.rank, "meshrun");
+          // A rank that ended without reaching the exit barrier (which records it first): its
+          // peers still waiting for it in an op fail at once instead of at the op timeout.
+          exit_keys::record_once(job, r.status.rank,
+                                 nlohmann::json{{"ended", describe(*exit)}}.dump());
         } catch (const std::exception& e) {
-          say("cannot count rank {}'s missing dump in the store: {}", r.status.rank, e.what());
+          say("cannot record rank {}'s end in the store: {}", r.status.rank, e.what());
         }
       }
     }
     return failed;
   };
-  // Only ranks still running are signalled (and marked as stopped by meshrun).
+  // Once some rank asked for dumps: a rank found stopped (SIGSTOP) cannot dump, so it is
+  // counted as done at once, and neither its peers' watchdogs nor this agent wait the dump
+  // timeout for it; the ranks' wait and this agent's then end together.
+  std::optional<Clock::time_point> dump_asked_at;
+  auto watch_dumps = [&] {
+    try {
+      if (!dump_asked_at) {
+        if (!dump_requested(job)) return;
+        dump_asked_at = Clock::now();
+      }
+      for (LocalRank& r : ranks) {
+        if (r.ended || r.stopped || !r.process->stopped()) continue;
+        r.stopped = true;
+        if (dump_keys::count_dump_once(job, r.status.rank, "meshrun")) {
+          say("rank {} (pid {}) is stopped (SIGSTOP or a debugger): it cannot dump its flight "
+              "recorder; not waiting for it",
+              r.status.rank, r.status.pid);
+        }
+      }
+    } catch (const std::exception& e) {
+      say("cannot read the job's dump signal: {}", e.what());
+    }
+  };
+  // Only ranks still running are signalled (and marked as stopped by meshrun). A stopped rank
+  // gets SIGCONT after the signal, as a shell does for its stopped jobs: otherwise a SIGTERM
+  // would wait until the grace period's SIGKILL.
   auto signal_all = [&](int signal) {
     reap();
     for (LocalRank& r : ranks) {
       if (r.ended) continue;
       r.process->signal_group(signal);
+      if (signal != SIGKILL && signal != SIGCONT) r.process->signal_group(SIGCONT);
       r.status.stop_signal = signal;
     }
   };
@@ -520,14 +543,24 @@ void Agent::monitor(int attempt, std::vector<LocalRank>& ranks, Store& job) {
       } catch (const std::exception& e) {
         say("cannot ask the ranks to dump: {}", e.what());
       }
+      // The dump timeout counts from the first request: a rank that failed after waiting for
+      // its peers' dumps has spent it already, and waiting again would double it.
+      watch_dumps();
+      if (!dump_asked_at) dump_asked_at = Clock::now();
+      const milliseconds wait = std::max(
+          milliseconds(200), options_.dump_timeout - std::chrono::duration_cast<milliseconds>(
+                                                         Clock::now() - *dump_asked_at));
       say("{}; waiting up to {:.1f} s for every rank's flight-recorder dump", what,
-          options_.dump_timeout.count() / 1000.0);
+          wait.count() / 1000.0);
       // Ranks that end meanwhile without a dump are counted as they are reaped.
       const int64_t written = wait_for_dumps(
-          job, rendezvous_->world_size(), options_.dump_timeout,
-          [] { return interrupt_count() > 0; }, [&] { reap(); });
+          job, rendezvous_->world_size(), wait, [] { return interrupt_count() > 0; },
+          [&] {
+            reap();
+            watch_dumps();
+          });
       if (written < rendezvous_->world_size()) {
-        say("only {} of {} ranks finished their dumps within {:.1f} s", written,
+        say("only {} of {} ranks finished their dumps within {:.1f} s of the request", written,
             rendezvous_->world_size(), options_.dump_timeout.count() / 1000.0);
       }
     }
@@ -538,12 +571,37 @@ void Agent::monitor(int attempt, std::vector<LocalRank>& ranks, Store& job) {
 
   for (;;) {
     LocalRank* failed = reap();
+    if (!stopping) watch_dumps();
     const int interrupts = interrupt_count();
     if (interrupts > interrupts_seen) {
       if (interrupts_seen == 0) {
         publish_interrupt(attempt);
-        say("received {}: passing it to the ranks (again to kill them)",
-            signal_name(first_interrupt_signal()));
+        // Interrupting a stalled job is how people give up on a hang: have every rank dump
+        // first, so that the post-mortem can say what hung (a second interrupt skips this).
+        const std::string stall = board_ ? board_->stall() : "";
+        if (!stall.empty() && !stopping && has_key(job, dump_keys::kRanksThatDump)) {
+          say("received {} during a stall ({}): asking every rank for its flight-recorder dump "
+              "before passing it on (again to kill them at once)",
+              signal_name(first_interrupt_signal()), stall);
+          try {
+            job.compare_set(dump_keys::kDumpSignal, {},
+                            as_bytes(fmt::format("-1:meshrun got {} during a stall in {}",
+                                                 signal_name(first_interrupt_signal()), stall)));
+            watch_dumps();
+            wait_for_dumps(
+                job, rendezvous_->world_size(), options_.dump_timeout,
+                [] { return interrupt_count() > 1; },
+                [&] {
+                  reap();
+                  watch_dumps();
+                });
+          } catch (const std::exception& e) {
+            say("cannot ask the ranks to dump: {}", e.what());
+          }
+        } else {
+          say("received {}: passing it to the ranks (again to kill them)",
+              signal_name(first_interrupt_signal()));
+        }
         begin_stop(first_interrupt_signal());
       }
       if (interrupts >= 2 && !killed) {

@@ -1,6 +1,7 @@
 #include "launcher/child_process.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 #include <system_error>
 #include <thread>
 
+#include "launcher/files.h"
 #include "launcher/unique_fd.h"
 
 namespace meshrt::launcher {
@@ -88,6 +90,16 @@ std::optional<ExitStatus> ChildProcess::poll() {
     ::kill(-pid_, SIGKILL);
   }
   return status_;
+}
+
+bool ChildProcess::stopped() const {
+  if (status_ || pid_ <= 0) return false;
+  const std::optional<std::string> stat = read_file(fmt::format("/proc/{}/stat", pid_));
+  // "pid (comm) S ...": the state follows the last ')' (comm may hold any character).
+  const size_t paren = stat ? stat->rfind(')') : std::string::npos;
+  if (paren == std::string::npos || paren + 2 >= stat->size()) return false;
+  const char state = (*stat)[paren + 2];
+  return state == 'T' || state == 't';
 }
 
 void ChildProcess::signal_group(int signal) {

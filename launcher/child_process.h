@@ -48,6 +48,9 @@ class ChildProcess {
   // Sends `signal` to the child's process group (so helpers it started get it too); no-op once
   // the child was reaped.
   void signal_group(int signal);
+  // True while the child is stopped (SIGSTOP, SIGTSTP, a debugger): it cannot act on anything,
+  // dump its flight recorder included, until it gets SIGCONT. From /proc/<pid>/stat.
+  bool stopped() const;
   // Waits until the child ends or `timeout` passes; SIGKILLs the group then. Returns the status.
   ExitStatus wait(std::chrono::milliseconds timeout);
 

@@ -1,5 +1,7 @@
 #include "launcher/live_board.h"
 
+#include <fmt/format.h>
+
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -100,6 +102,12 @@ void LiveBoard::set_stall(int rank, std::string group, std::string op, int64_t s
 void LiveBoard::clear_stall() {
   std::lock_guard lock(mu_);
   stall_ = {};
+}
+
+std::string LiveBoard::stall() const {
+  std::lock_guard lock(mu_);
+  if (stall_.rank < 0) return "";
+  return fmt::format("{} {} #{} on rank {}", stall_.group, stall_.op, stall_.seq, stall_.rank);
 }
 
 std::string LiveBoard::metrics_text(int64_t now_wall_ns) const {

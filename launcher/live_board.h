@@ -44,6 +44,8 @@ class LiveBoard {
   void set_stall(int rank, std::string group, std::string op, int64_t seq);
   // The reported stall cleared.
   void clear_stall();
+  // The stall reported and not cleared, as "mesh0/tp all_reduce #3 on rank 2"; empty if none.
+  std::string stall() const;
 
   // Asks every rank of the attempt for a flight-recorder snapshot and waits up to `wait` for the
   // answers. Requests are serialised (a rank answers only the newest one it sees), and a set

@@ -85,8 +85,8 @@ LongestOp LiveMonitor::read_progress(std::vector<std::string>* records,
   return longest;
 }
 
-std::string LiveMonitor::verdict(const LongestOp& stalled,
-                                 const std::vector<std::string>& records) {
+std::optional<std::string> LiveMonitor::verdict(const LongestOp& stalled,
+                                                const std::vector<std::string>& records) {
   const std::string fallback =
       fmt::format("stall {} s: {} {} #{} on rank {}", (stalled.running_ms + 500) / 1000,
                   stalled.group, stalled.op, stalled.seq, stalled.rank);
@@ -110,11 +110,76 @@ std::string LiveMonitor::verdict(const LongestOp& stalled,
   if (run.exit_code != 0 || line.empty()) {
     return fmt::format("{} (meshtrace stall failed: {})", fallback, run.output);
   }
+  std::vector<std::string> now;
+  std::vector<LongestOp> per_rank;
+  read_progress(&now, &per_rank);
+  if (!per_rank[stalled.rank].same_op(stalled)) return std::nullopt;
   return line;
+}
+
+namespace {
+
+// "compute (train.cc:40) <- step (train.cc:88)": the first frames of the main thread's stack in
+// a snapshot (trace/dump_format.h, meshrt_threads); empty when it has none.
+std::string main_stack(const std::string& snapshot) {
+  const auto j = nlohmann::json::parse(snapshot, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("meshrt_threads")) return "";
+  std::vector<std::string> frames;
+  try {
+    for (const auto& t : j.at("meshrt_threads")) {
+      if (!t.value("main", false)) continue;
+      for (const auto& f : t.at("frames")) {
+        if (frames.size() == 4) break;
+        std::string file = f.value("file", "");
+        file = file.substr(file.rfind('/') + 1);
+        const int64_t line = f.value("line", int64_t{0});
+        const std::string function = f.value("function", "??");
+        frames.push_back(line > 0 ? fmt::format("{} ({}:{})", function, file, line) : function);
+      }
+    }
+  } catch (const nlohmann::json::exception&) {
+    return "";
+  }
+  return fmt::format("{}", fmt::join(frames, " <- "));
+}
+
+}  // namespace
+
+void LiveMonitor::report_stragglers(const std::vector<Straggler>& now) {
+  std::map<std::pair<int, std::string>, Straggler> current;
+  for (const Straggler& s : now) current[{s.rank, s.group}] = s;
+  for (auto it = reported_.begin(); it != reported_.end();) {
+    if (current.contains(it->first)) {
+      ++it;
+      continue;
+    }
+    const std::string line = fmt::format("straggler cleared: rank {} no longer arrives late at {}",
+                                         it->first.first, it->first.second);
+    say_(line);
+    board_.add_event(line, false);
+    it = reported_.erase(it);
+  }
+  for (const auto& [key, s] : current) {
+    if (reported_.contains(key)) continue;
+    reported_[key] = s;
+    std::string line = "straggler: " + describe(s);
+    // Where its time goes: its main thread now, most likely in what makes it slow.
+    const Snapshots snaps = board_.snapshots(options_.snapshot_wait, std::chrono::seconds(5));
+    if (s.rank < static_cast<int>(snaps.by_rank.size())) {
+      if (const std::string at = main_stack(snaps.by_rank[s.rank]); !at.empty()) {
+        line += fmt::format("; its main thread: {}", at);
+      }
+    }
+    say_(line);
+    board_.add_event(line, false);
+  }
 }
 
 void LiveMonitor::loop() {
   std::optional<LongestOp> stalled;  // The op of the stall reported, until it clears.
+  // After an op that ended while its snapshots were taken: a slow job would otherwise be
+  // snapshotted again at every op that crosses the threshold.
+  Clock::time_point quiet_until = Clock::now();
   Clock::time_point next = Clock::now();
   while (!stop_) {
     std::this_thread::sleep_for(milliseconds(50));
@@ -138,13 +203,26 @@ void LiveMonitor::loop() {
         board_.clear_stall();
         stalled.reset();
       }
-      if (over && !stalled) {
-        stalled = longest;
+      if (over && !stalled && Clock::now() >= quiet_until) {
         board_.set_stall(longest.rank, longest.group, longest.op, longest.seq);
-        const std::string line = verdict(longest, records);
-        say_(line);
-        board_.add_event(line, true);
+        if (const std::optional<std::string> line = verdict(longest, records)) {
+          stalled = longest;
+          say_(*line);
+          board_.add_event(*line, true);
+        } else {
+          board_.clear_stall();
+          const std::string slow = fmt::format(
+              "slow, not stalled: {} {} #{} on rank {} ended while the ranks' snapshots were "
+              "taken ({} s after it began); no verdict is drawn from snapshots of different "
+              "moments",
+              longest.group, longest.op, longest.seq, longest.rank,
+              (longest.running_ms + 500) / 1000);
+          say_(slow);
+          board_.add_event(slow, false);
+          quiet_until = Clock::now() + options_.stall;
+        }
       }
+      if (options_.stall.count() > 0) report_stragglers(stragglers_.add(records));
     } catch (const std::exception& e) {
       // The store is gone when the job ends; the monitor has nothing left to watch.
       if (!stop_) say_(fmt::format("live monitor stopped: {}", e.what()));

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "launcher/live_board.h"
+#include "launcher/live_stragglers.h"
 #include "runtime/store/store.h"
 
 namespace meshrt::launcher {
@@ -67,8 +69,13 @@ class LiveMonitor {
   // Reads the records; returns the longest op in flight, and fills the raw records and each
   // rank's longest op (rank -1 when none) by rank.
   LongestOp read_progress(std::vector<std::string>* records, std::vector<LongestOp>* per_rank);
-  // Asks for snapshots, writes them with `records` and runs meshtrace; returns the verdict.
-  std::string verdict(const LongestOp& stalled, const std::vector<std::string>& records);
+  // Asks for snapshots, writes them with `records` and runs meshtrace; returns the verdict, or
+  // nullopt when the stalled op ended meanwhile (the snapshots then show different moments of a
+  // slow job, and a verdict drawn from them would blame whoever moved on).
+  std::optional<std::string> verdict(const LongestOp& stalled,
+                                     const std::vector<std::string>& records);
+  // Says which ranks became stragglers (or stopped being one) since the last poll.
+  void report_stragglers(const std::vector<Straggler>& now);
 
   LiveMonitorOptions options_;
   LiveBoard& board_;
@@ -77,6 +84,8 @@ class LiveMonitor {
   std::string dir_;
   std::string meshtrace_;
   std::function<void(const std::string&)> say_;
+  StragglerWatch stragglers_;
+  std::map<std::pair<int, std::string>, Straggler> reported_;  // By (rank, group).
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

@@ -11,7 +11,10 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
+#include <span>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -20,9 +23,11 @@
 #include "launcher/post_mortem.h"
 #include "launcher/signals.h"
 #include "launcher/status_server.h"
+#include "runtime/store/dump_keys.h"
 #include "runtime/store/prefix_store.h"
 #include "runtime/store/store_auth.h"
 #include "runtime/store/tcp_store.h"
+#include "trace/atomic_file.h"
 
 namespace {
 
@@ -39,6 +44,55 @@ void say_url(const meshrt::launcher::StatusServer* server) {
   said = true;
   say(fmt::format("live status: {} (in a terminal: meshtrace live {})", server->url(),
                   server->url()));
+}
+
+// After a failure, what meshrun prints once the ranks have dumped: meshtrace's verdict on the
+// dumps, here while the ranks wait for it (they hold the job open until kPostMortemDone), and
+// in <dir>/post_mortem.txt.
+void post_mortem(meshrt::Store& job, int world_size, const std::string& dump_prefix,
+                 const std::string& dir) {
+  using namespace meshrt::launcher;
+  namespace fs = std::filesystem;
+  try {
+    say("the job failed: waiting for every rank's flight-recorder dump for the post-mortem");
+    const int64_t written =
+        wait_for_dumps(job, world_size, std::chrono::seconds(10), [] { return false; });
+    const fs::path prefix(dump_prefix);
+    const std::string dump_dir = prefix.has_parent_path() ? prefix.parent_path().string() : ".";
+    const std::string name = prefix.filename().string();
+    std::vector<int> dumped;
+    for (int r = 0; r < world_size; ++r) {
+      if (fs::exists(fmt::format("{}/{}{}", dump_dir, name, r))) dumped.push_back(r);
+    }
+    if (dumped.empty()) {
+      say(
+          fmt::format("post-mortem: no dump named {}<rank> on this host ({} of {} ranks counted "
+                      "theirs)",
+                      dump_prefix, written, world_size));
+    } else if (const std::string meshtrace = find_meshtrace(executable_dir()); meshtrace.empty()) {
+      say(fmt::format("post-mortem: {}: run `meshtrace analyze {} --prefix {}` by hand",
+                      meshtrace_not_found(), dump_dir, name));
+    } else {
+      const MeshtraceRun run =
+          analyze(meshtrace, dump_dir, name, static_cast<int>(dumped.size()) < world_size,
+                  std::chrono::seconds(15));
+      std::string text =
+          fmt::format("post-mortem ({}, exit status {}):\n", run.command, run.exit_code);
+      std::istringstream lines(run.output);
+      for (std::string line; std::getline(lines, line);) text += "  " + line + "\n";
+      std::fprintf(stderr, "meshrt-monitor: %s", text.c_str());
+      std::fflush(stderr);
+      fs::create_directories(dir);
+      meshrt::trace::write_file_atomically(dir + "/post_mortem.txt", text);
+    }
+  } catch (const std::exception& e) {
+    say(fmt::format("post-mortem failed: {}", e.what()));
+  }
+  try {
+    job.set(meshrt::dump_keys::kPostMortemDone, std::span<const char>("1", 1));
+  } catch (const std::exception& e) {
+    say(fmt::format("cannot tell the ranks the post-mortem is done: {}", e.what()));
+  }
 }
 
 }  // namespace
@@ -69,6 +123,10 @@ int main(int argc, char** argv) {
   app.add_option("--status-port", status_port, "the status page's port: 0 a free one, off none");
   app.add_option("--status-host", status_host, "the address the status page binds");
   app.add_option("--parent-pid", parent, "end when this process (rank 0) is gone");
+  std::string dump_prefix;
+  app.add_option("--dump-prefix", dump_prefix,
+                 "the ranks' flight-recorder dump prefix: after a failure, the post-mortem runs "
+                 "`meshtrace analyze` on those dumps");
   CLI11_PARSE(app, argc, argv);
 
   install_signal_handlers();
@@ -103,8 +161,13 @@ int main(int argc, char** argv) {
                           say(line);
                           if (line.starts_with("stall ")) say_url(server.get());
                         });
+    bool post_mortem_done = dump_prefix.empty();
     while (interrupt_count() == 0 && (parent == 0 || ::getppid() == parent)) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      if (!post_mortem_done && dump_requested(*job)) {
+        post_mortem_done = true;
+        post_mortem(*job, world_size, dump_prefix, dir);
+      }
     }
     // Rank 0 is leaving: end now, without waiting for a store reply or a meshtrace run in flight
     // (the snapshots on disk are complete files; the rest is of no use to anybody).

@@ -85,6 +85,15 @@ std::string find_meshtrace(const std::string& exe_dir) {
   return find_program("meshtrace");
 }
 
+std::string meshtrace_not_found() {
+  if (auto env = trace::env::get({"MESHRT_MESHTRACE"})) {
+    return fmt::format("meshtrace not found: MESHRT_MESHTRACE={} is not executable", *env);
+  }
+  return fmt::format(
+      "meshtrace not found (in $MESHRT_MESHTRACE, next to this program in {}, or on PATH)",
+      executable_dir());
+}
+
 MeshtraceRun run_meshtrace(const std::string& meshtrace, const std::vector<std::string>& args,
                            milliseconds timeout) {
   std::vector<std::string> argv = {meshtrace};

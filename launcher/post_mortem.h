@@ -38,6 +38,9 @@ std::string executable_dir();
 // executable.
 std::string find_meshtrace(const std::string& exe_dir);
 
+// Why find_meshtrace(executable_dir()) found nothing, in one line for people.
+std::string meshtrace_not_found();
+
 // What one run of meshtrace said.
 struct MeshtraceRun {
   std::string command;  // As run, for the summary.

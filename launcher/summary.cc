@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <sstream>
 
@@ -29,6 +31,27 @@ std::string indent(const std::string& text, const std::string& pad) {
 
 }  // namespace
 
+std::vector<int> root_culprits(const std::string& analysis) {
+  // meshtrace's text (trace/analyze/format.cc): "culprit rank 3" or "culprit ranks [1, 2]"
+  // lines under its findings, root causes first, up to "Consequences".
+  std::vector<int> ranks;
+  const size_t start = analysis.find("\nRoot causes:\n");
+  if (start == std::string::npos) return ranks;
+  std::istringstream in(analysis.substr(start, analysis.find("\nConsequences", start) - start));
+  for (std::string line; std::getline(in, line);) {
+    const size_t at = line.find_first_not_of(' ');
+    if (at == std::string::npos || line.compare(at, 8, "culprit ") != 0) continue;
+    for (char& c : line) {
+      if (!std::isdigit(static_cast<unsigned char>(c))) c = ' ';
+    }
+    std::istringstream nums(line);
+    for (int r; nums >> r;) ranks.push_back(r);
+  }
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  return ranks;
+}
+
 std::string format_summary(const SummaryInput& in) {
   const AttemptOutcome& o = in.outcome;
   // Attempts count from 0 everywhere: attempt_<n>/, MESHRT_RESTART_COUNT, the restart lines.
@@ -43,6 +66,16 @@ std::string format_summary(const SummaryInput& in) {
         fmt::format("first failure: none recorded; meshrun stopped the ranks on a stop request{}\n",
                     o.stop_reason.empty() ? "" : fmt::format(" ('{}')", o.stop_reason));
   }
+  // The first rank to fail is often a victim (its watchdog fired first): where the analysis
+  // names the culprit, say so up front.
+  const std::vector<int> culprits =
+      in.analysis ? root_culprits(in.analysis->output) : std::vector<int>{};
+  if (!culprits.empty() && !(o.failure && culprits == std::vector<int>{o.failure->rank})) {
+    s += fmt::format(
+        "culprit: rank{} {}, named by the analysis below{}\n", culprits.size() == 1 ? "" : "s",
+        rank_ranges(culprits),
+        o.failure ? fmt::format(" (rank {} failed first, as a consequence)", o.failure->rank) : "");
+  }
   if (o.failure && !o.failure->error_file.empty()) {
     // torchelastic's ChildFailedError shows the same two fields of the failing rank.
     s += fmt::format("  error_file: {}\n", o.failure->error_file);
@@ -53,8 +86,10 @@ std::string format_summary(const SummaryInput& in) {
   s += "ranks:\n";
   for (const auto& r : o.ranks) {
     const bool first = o.failure && o.failure->rank == r.rank;
-    s += fmt::format("  rank {} (node {}, local rank {}, pid {}): {}{}\n", r.rank, r.node,
-                     r.local_rank, r.pid, describe(r), first ? "  <- first failure" : "");
+    const bool culprit = std::binary_search(culprits.begin(), culprits.end(), r.rank);
+    s += fmt::format("  rank {} (node {}, local rank {}, pid {}): {}{}{}\n", r.rank, r.node,
+                     r.local_rank, r.pid, describe(r), first ? "  <- first failure" : "",
+                     culprit ? "  <- culprit (analysis)" : "");
   }
   for (int node : o.silent_nodes) {
     const NodeInfo& n = in.nodes[node];

@@ -28,6 +28,10 @@ struct SummaryInput {
   std::string report;  // With --report: the last line, from describe_report(); else empty.
 };
 
+// The culprit ranks of the root causes in `analysis`, meshtrace analyze's text output; sorted,
+// empty when it names none.
+std::vector<int> root_culprits(const std::string& analysis);
+
 // The summary, one item per line, ending with a newline.
 std::string format_summary(const SummaryInput& in);
 

@@ -158,6 +158,7 @@ Communicator::~Communicator() {
     }
   }
   Watchdog::instance().remove(watchdog_view_.get());
+  Watchdog::instance().note_comm_end(info_->store_key, static_cast<int64_t>(collective_seq()));
   trace::FlightRecorder::instance().unregister_comm(info_.get());
   if (model_ == ExecutionModel::kRunToCompletion) {
     QueuedRegistry& registry = queued_registry();

@@ -24,6 +24,7 @@
 #include "runtime/fatal_signal.h"
 #include "runtime/monitor_process.h"
 #include "runtime/store/dump_keys.h"
+#include "runtime/store/exit_keys.h"
 #include "runtime/store/prefix_store.h"
 #include "runtime/store/store_auth.h"
 #include "runtime/store/tcp_store.h"
@@ -198,17 +199,20 @@ struct WorldResources {
     if (world_size <= 1) return;
     Watchdog& watchdog = Watchdog::instance();
     try {
-      store->set("exit/rank" + std::to_string(rank), std::span<const char>("1", 1));
+      // First: peers still waiting in an op this rank never called fail at once on reading it.
+      exit_keys::record_once(*store, rank, watchdog.exit_record());
       publish_stragglers_at_exit(*store, rank);  // Before arriving: found by the collector.
-      store->add("exit/arrived", 1);
+      store->add(exit_keys::kArrived, 1);
       if (server) {
         wait_for_leavers(watchdog);
         collect_stragglers_at_exit(*store, rank, world_size);
+        if (watchdog.job_failed()) watchdog.wait_for_post_mortem();
       } else {
         wait_for_arrivals(watchdog);
         collect_stragglers_at_exit(*store, rank, world_size);  // Rank 0 when a launcher hosts.
+        if (watchdog.job_failed()) watchdog.wait_for_post_mortem();
         // The last call this rank makes: the host may take the store down once all have made it.
-        store->add("exit/left", 1);
+        store->add(exit_keys::kLeft, 1);
       }
     } catch (const std::exception& e) {
       log().warn("exit barrier: {}", e.what());
@@ -225,12 +229,12 @@ struct WorldResources {
         watchdog.wait_dumped(std::chrono::seconds(10));
         return;
       }
-      if (store->add("exit/arrived", 0) >= world_size) return;
+      if (store->add(exit_keys::kArrived, 0) >= world_size) return;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     std::vector<int> missing;
     for (int r = 0; r < world_size; ++r) {
-      const std::string key = "exit/rank" + std::to_string(r);
+      const std::string key = exit_keys::rank(r);
       if (!store->check(std::span<const std::string>(&key, 1))) missing.push_back(r);
     }
     log().warn("leaving after waiting {} ms for ranks [{}] to finish", exit_timeout.count(),
@@ -248,19 +252,19 @@ struct WorldResources {
     std::optional<std::chrono::steady_clock::time_point> failed_at;
     while (std::chrono::steady_clock::now() < deadline) {
       watchdog.poll_remote_signal();
-      const int64_t left = store->add("exit/left", 0);
+      const int64_t left = store->add(exit_keys::kLeft, 0);
       if (left >= world_size - 1) return;
       if (watchdog.job_failed()) {
         const auto now = std::chrono::steady_clock::now();
         if (!failed_at) failed_at = now;
-        const bool arrived_left = left >= store->add("exit/arrived", 0) - 1;
+        const bool arrived_left = left >= store->add(exit_keys::kArrived, 0) - 1;
         const bool all_dumped = store->add(dump_keys::kDumpsWritten, 0) >= world_size;
         if (arrived_left && (all_dumped || now - *failed_at > grace)) return;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     log().warn("store host leaving after {} ms; {} of {} other ranks had left",
-               exit_timeout.count(), store->add("exit/left", 0), world_size - 1);
+               exit_timeout.count(), store->add(exit_keys::kLeft, 0), world_size - 1);
   }
 };
 
@@ -442,6 +446,10 @@ std::shared_ptr<Communicator> init(const InitOptions& o) {
   if (resources->server && o.live_monitor && o.world_size > 1) {
     resources->monitor =
         MonitorProcess::start({host, port, token, o.run_id, o.attempt, o.world_size});
+    if (resources->monitor) {
+      resources->watchdog_store->set(dump_keys::kPostMortemBy,
+                                     std::span<const char>("meshrt-monitor", 14));
+    }
   }
   log().info("joining run '{}' as rank {} of {} (from {}, backend {}), store {}:{}{}", o.run_id,
              o.rank, o.world_size, o.source, o.backend, host, port,

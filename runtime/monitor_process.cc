@@ -76,6 +76,8 @@ std::unique_ptr<MonitorProcess> MonitorProcess::start(const MonitorProcessOption
       std::to_string(o.world_size),
       "--dir",
       fmt::format("{}/meshrt_live_{}_{}", dump_dir.empty() ? "." : dump_dir, o.run_id, o.attempt),
+      "--dump-prefix",
+      trace::FlightRecorder::instance().options().dump_prefix,
       "--parent-pid",
       std::to_string(::getpid())};
   std::vector<std::string> env;

@@ -7,10 +7,12 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "runtime/fatal_signal.h"
 #include "runtime/store/dump_keys.h"
+#include "runtime/store/exit_keys.h"
 #include "trace/env.h"
 #include "trace/live_metrics.h"
 #include "trace/logging.h"
@@ -73,6 +75,24 @@ void Watchdog::remove(Watched* comm) {
   std::erase(comms_, comm);
 }
 
+void Watchdog::note_comm_end(const std::string& comm_key, int64_t last_collective_seq) {
+  // A program that makes a communicator per step would grow this without end; the oldest
+  // matter least (peers wait in the newest).
+  constexpr size_t kMaxEnded = 4096;
+  std::lock_guard lock(mu_);
+  if (ended_comms_.size() >= kMaxEnded && !ended_comms_.contains(comm_key)) return;
+  ended_comms_[comm_key] = last_collective_seq;
+}
+
+std::string Watchdog::exit_record() const {
+  nlohmann::json comms = nlohmann::json::object();
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [key, seq] : ended_comms_) comms[key] = seq;
+  }
+  return nlohmann::json{{"comms", std::move(comms)}}.dump();
+}
+
 void Watchdog::set_exit(std::function<void(int status)> exit) {
   std::lock_guard lock(mu_);
   exit_ = std::move(exit);
@@ -119,6 +139,8 @@ void Watchdog::set_job_store(std::shared_ptr<Store> store, std::string run_id, i
   std::lock_guard lock(mu_);
   store_ = std::move(store);
   world_size_ = world_size;
+  ended_comms_.clear();
+  job_generation_.fetch_add(1);
   // A new job (another run id) starts with no failure seen.
   fired_ = dump_claimed_ = dumped_ = job_failed_ = false;
 }
@@ -173,6 +195,7 @@ void Watchdog::loop() {
     publish_progress();
     if (std::chrono::steady_clock::now() >= next_signal_poll) {
       poll_remote_signal();
+      check_left_peers();
       next_signal_poll = std::chrono::steady_clock::now() + options_.signal_poll;
     }
   }
@@ -237,15 +260,122 @@ void Watchdog::scan_timeouts() {
         std::string(rec.op),
         fmt::format("ran for {} ms, timeout {} ms ({})", ran_ms, rec.timeout_ms, sizes_text(rec))};
     fire(trace::DumpReason::kTimeout, t);
-    if (policy() == TimeoutPolicy::kAbort) exit_after_dumps();
-    if (policy() == TimeoutPolicy::kThrow) {
-      // Backends that can interrupt an op (in-process; not Gloo) fail its waiters now.
-      std::lock_guard lock(mu_);
-      if (std::find(comms_.begin(), comms_.end(), comm) != comms_.end()) {
-        comm->abort();
-      }
+    apply_policy(comm);
+  }
+}
+
+void Watchdog::apply_policy(Watched* comm) {
+  if (policy() == TimeoutPolicy::kAbort) exit_after_dumps();
+  if (policy() == TimeoutPolicy::kThrow) {
+    // Backends that can interrupt an op (in-process; not Gloo) fail its waiters now.
+    std::lock_guard lock(mu_);
+    if (std::find(comms_.begin(), comms_.end(), comm) != comms_.end()) comm->abort();
+  }
+}
+
+void Watchdog::check_left_peers() {
+  // An op younger than this may still be finishing data its peer sent before it left.
+  constexpr int64_t kWaitedNs = 1'000'000'000;
+  // A p2p op, or any op with a peer whose process ended, is judged by time: still waiting this
+  // long after the peer was seen gone.
+  constexpr int64_t kGoneNs = 2'000'000'000;
+  const int64_t now = trace::steady_now_ns();
+  std::shared_ptr<Store> store;
+  std::vector<std::pair<Watched*, trace::OpRecord>> waiting;
+  {
+    std::lock_guard lock(mu_);
+    store = store_;
+    if (!store || fired_.load()) return;
+    for (Watched* c : comms_) {
+      auto rec = c->running_record();
+      if (!rec || !rec->comm) continue;
+      const int64_t since = rec->start_ns != 0 ? rec->start_ns : rec->enqueue_ns;
+      if (since != 0 && now - since >= kWaitedNs) waiting.emplace_back(c, std::move(*rec));
     }
   }
+  if (const uint64_t g = job_generation_.load(); g != left_peers_generation_) {
+    left_peers_.clear();
+    left_peers_generation_ = g;
+  }
+  if (waiting.empty()) return;
+  try {
+    if (store->add(exit_keys::kRecords, 0) <= 0) return;
+    for (auto& [comm, rec] : waiting) {
+      const trace::CommInfo& info = *rec.comm;
+      const int64_t seq = static_cast<int64_t>(trace::trace_seq(rec));
+      std::vector<int> never_called;  // Proven: ended the communicator before the op.
+      int64_t last_seq = -1;
+      std::string gone;  // A peer judged by time (p2p, or a process that ended), as a sentence.
+      for (size_t i = 0; i < info.global_ranks.size(); ++i) {
+        const int peer = info.global_ranks[i];
+        if (peer == info.global_rank) continue;
+        // A p2p op waits for its peer only.
+        if (rec.is_p2p && static_cast<int>(i) != rec.root_or_peer) continue;
+        const LeftPeer* left = left_peer(*store, peer, now);
+        if (left == nullptr) continue;
+        const auto last = left->last_collective.find(info.store_key);
+        if (!rec.is_p2p && left->ended.empty() && last != left->last_collective.end()) {
+          if (last->second < seq) {
+            never_called.push_back(peer);
+            last_seq = std::max(last_seq, last->second);
+          }
+        } else if (gone.empty() && now - left->seen_ns >= kGoneNs &&
+                   (!left->ended.empty() || last != left->last_collective.end())) {
+          // A process that ended, or a p2p peer that ended this communicator: it cannot act
+          // any more, and what it sent before has had time to arrive. (A communicator a
+          // finished rank still holds may run an op of its own: no verdict then.)
+          gone = left->ended.empty()
+                     ? fmt::format(
+                           "rank {} has left: it returned from its program (at the end-of-run "
+                           "barrier) while this rank waits for it in {} #{}",
+                           peer, rec.op, seq)
+                     : fmt::format(
+                           "rank {}'s process ended ({}) while this rank waits for it "
+                           "in {} #{}",
+                           peer, left->ended, rec.op, seq);
+        }
+      }
+      std::string why = gone;
+      if (!never_called.empty()) {
+        const bool one = never_called.size() == 1;
+        why = fmt::format(
+            "{} {} left: {} returned from {} program (at the end-of-run barrier) after '{}' #{}, "
+            "so {} will never call {} #{}, which this rank waits in",
+            one ? fmt::format("rank {}", never_called[0])
+                : fmt::format("ranks [{}]", fmt::join(never_called, ", ")),
+            one ? "has" : "have", one ? "it" : "they", one ? "its" : "their", info.name, last_seq,
+            one ? "it" : "they", rec.op, seq);
+      }
+      if (why.empty()) continue;
+      const int64_t since = rec.start_ns != 0 ? rec.start_ns : rec.enqueue_ns;
+      trace::DumpTrigger t{
+          info.global_rank, info.name, trace::trace_seq(rec), std::string(rec.op),
+          fmt::format("{} (waited {} ms; {})", why, (now - since) / 1'000'000, sizes_text(rec))};
+      fire(trace::DumpReason::kFailure, t);
+      apply_policy(comm);
+      return;
+    }
+  } catch (const std::exception& e) {
+    log().debug("reading the peers' exit records failed: {}", e.what());
+  }
+}
+
+const Watchdog::LeftPeer* Watchdog::left_peer(Store& store, int peer, int64_t now) {
+  if (auto it = left_peers_.find(peer); it != left_peers_.end()) return &it->second;
+  const std::string key = exit_keys::rank(peer);
+  if (!store.check(std::span<const std::string>(&key, 1))) return nullptr;
+  const Bytes bytes = store.get(key, std::chrono::milliseconds(1000));
+  const auto j = nlohmann::json::parse(bytes.begin(), bytes.end(), nullptr, false);
+  LeftPeer left;
+  left.seen_ns = now;
+  if (j.is_object() && j.contains("ended") && j["ended"].is_string()) {
+    left.ended = j["ended"].get<std::string>();
+  } else if (j.is_object() && j.contains("comms") && j["comms"].is_object()) {
+    for (const auto& [k, v] : j["comms"].items()) {
+      if (v.is_number_integer()) left.last_collective[k] = v.get<int64_t>();
+    }
+  }
+  return &left_peers_.emplace(peer, std::move(left)).first->second;
 }
 
 void Watchdog::poll_remote_signal() {
@@ -370,6 +500,30 @@ void Watchdog::wait_for_all_dumps() {
   }
 }
 
+void Watchdog::wait_for_post_mortem() {
+  std::shared_ptr<Store> store;
+  {
+    std::lock_guard lock(mu_);
+    store = store_;
+  }
+  if (!store) return;
+  try {
+    const std::string by = dump_keys::kPostMortemBy, done = dump_keys::kPostMortemDone;
+    if (!store->check(std::span<const std::string>(&by, 1))) return;
+    // meshtrace reads the dumps in well under a second; the bound is for a monitor gone astray.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!store->check(std::span<const std::string>(&done, 1))) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        log().warn("meshrt-monitor did not finish the post-mortem within 20 s");
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  } catch (const std::exception& e) {
+    log().debug("cannot wait for the post-mortem: {}", e.what());
+  }
+}
+
 bool Watchdog::wait_dumped(std::chrono::milliseconds timeout) {
   std::unique_lock lock(mu_);
   return dumped_cv_.wait_for(lock, timeout, [this] { return dumped_.load(); });
@@ -406,6 +560,7 @@ void Watchdog::exit_after_dumps() {
                    kWatchdogExitCode);
   }
   wait_for_all_dumps();
+  wait_for_post_mortem();
   std::function<void(int)> exit;
   {
     std::lock_guard lock(mu_);

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -70,6 +71,13 @@ class Watchdog {
   // `comm` in flight.
   void add(Watched* comm);
   void remove(Watched* comm);
+  // Called by Communicator's destructor: the communicator `comm_key` (CommInfo::store_key) issued
+  // its last collective, number `last_collective_seq`. Kept for exit_record().
+  void note_comm_end(const std::string& comm_key, int64_t last_collective_seq);
+  // This rank's exit record (runtime/store/exit_keys.h): the last collective of every
+  // communicator it ended. Its exit barrier publishes it, so that a peer still waiting in a
+  // later op knows at once that the op will never be called.
+  std::string exit_record() const;
   // How the abort policy ends the process once the dumps are written: default _exit(status);
   // under mpirun, MPI_Abort so that the launcher ends the whole job.
   void set_exit(std::function<void(int status)> exit);
@@ -90,6 +98,9 @@ class Watchdog {
   void poll_remote_signal();
   // Blocks until this process has dumped for a dump signal, or `timeout` passes.
   bool wait_dumped(std::chrono::milliseconds timeout);
+  // In a job watched by meshrt-monitor (no launcher), after a failure: blocks until the monitor
+  // has printed the post-mortem (bounded), so that the job's end does not cut it short.
+  void wait_for_post_mortem();
   // For tests of the heartbeat monitor: the watchdog thread stops for `duration` at its next loop.
   void stall_for_testing(std::chrono::milliseconds duration);
   // True once this process saw the job fail (its own watchdog fired or another rank's signal).
@@ -101,6 +112,20 @@ class Watchdog {
   void loop();
   void monitor_loop();
   void scan_timeouts();
+  // Fails an op that has waited a second or more for a peer that has left the job: the peer's
+  // exit record shows it never issued the op (it returned from its program early), or its
+  // process ended without one (exit_keys.h). Names the peer and the op it will never call.
+  void check_left_peers();
+  // A peer's exit record (runtime/store/exit_keys.h), and when this rank first saw it.
+  struct LeftPeer {
+    std::string ended;  // meshrun's "exited with code 0"; empty: from its exit barrier.
+    std::map<std::string, int64_t> last_collective;  // By communicator store key.
+    int64_t seen_ns = 0;
+  };
+  // `peer`'s exit record, read from `store` once (nullptr while it has none).
+  const LeftPeer* left_peer(Store& store, int peer, int64_t now);
+  // After fire(): under kAbort exits; under kThrow aborts `comm` if it still exists.
+  void apply_policy(Watched* comm);
   void progress_all();
   // Live progress (runtime/progress_publisher.h): samples every communicator, publishes when due.
   void publish_progress();
@@ -116,6 +141,11 @@ class Watchdog {
   WatchdogOptions options_;
   mutable std::mutex mu_;
   std::vector<Watched*> comms_;
+  // Last collective seq of each ended communicator, by store key (bounded: see note_comm_end).
+  std::map<std::string, int64_t> ended_comms_;
+  std::map<int, LeftPeer> left_peers_;       // Peers' exit records by global rank; watchdog thread.
+  std::atomic<uint64_t> job_generation_{0};  // Bumped per job: left_peers_ are of an old one.
+  uint64_t left_peers_generation_ = 0;       // Watchdog thread only.
   std::shared_ptr<Store> store_;
   int world_size_ = 0;
   TimeoutPolicy default_policy_ = TimeoutPolicy::kAbort;

@@ -3,6 +3,8 @@
 //   kill9      rank 3 kills itself with SIGKILL while its peers are inside the tp all_reduce;
 //   user_hang  rank 3 sleeps in user code instead of joining the tp all_reduce;
 //   exit0      rank 3 exits with status 0 before the tp all_reduce;
+//   return     rank 3 returns from main before the tp all_reduce (through its exit barrier);
+//   sigstop    rank 3 stops itself (SIGSTOP) while its peers are inside the tp all_reduce;
 //   wrong_op   rank 3 calls all_gather on tp where rank 2 calls all_reduce;
 //   sizes      rank 3 passes 32 elements to the tp all_reduce, rank 2 16;
 //   p2p        a pipeline over the world in which rank 2 receives from rank 3 instead of rank 0;
@@ -60,6 +62,12 @@ void run_rank(const std::shared_ptr<meshrt::Communicator>& world_ptr, const std:
   } else if (mode == "exit0") {
     std::fflush(stdout);
     ::_exit(0);
+  } else if (mode == "return") {
+    std::printf("returning early\n");
+    return;
+  } else if (mode == "sigstop") {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // Peers are in the all_reduce.
+    ::raise(SIGSTOP);
   } else if (mode == "wrong_op") {
     std::vector<float> out(32);
     mesh->comm("tp").all_gather(meshrt::view(a), meshrt::view(out))->wait();
@@ -78,7 +86,8 @@ int main(int argc, char** argv) {
   // A second argument, ignored, lets a test find its processes.
   if (argc != 2 && argc != 3) {
     std::fprintf(stderr,
-                 "usage: fault_worker kill9|user_hang|exit0|wrong_op|sizes|p2p|segv [marker]\n");
+                 "usage: fault_worker kill9|user_hang|exit0|return|sigstop|wrong_op|sizes|p2p|segv "
+                 "[marker]\n");
     return 2;
   }
   std::setvbuf(stdout, nullptr, _IOLBF, 0);

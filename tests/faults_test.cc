@@ -125,14 +125,14 @@ std::vector<int> reap_left_behind(const std::string& marker) {
   return left;
 }
 
-JobRun run_case(const std::string& mode) {
+JobRun run_case(const std::string& mode, std::chrono::milliseconds op_timeout) {
   const std::string marker = new_marker();
   const fs::path dir = fs::temp_directory_path() / marker;
   fs::create_directories(dir);
   const pid_t pid =
       start_meshrun({"--standalone", "--nproc-per-node", "4", "--log-dir", (dir / "logs").string(),
                      "--tee", "3", MESHRT_FAULT_WORKER, mode, marker},
-                    dir);
+                    dir, "", op_timeout);
   JobRun run;
   std::optional<Clock::time_point> fault_at;
   run.exit_code = wait_exit(pid, 60s, [&] {
@@ -153,13 +153,17 @@ struct Case {
   std::set<int> dumps;        // Ranks whose dump must exist.
   std::string first_failure;  // In the summary's "first failure:" line.
   std::string culprit_stack;  // In the verdict: the culprit's main-thread stack ("": not checked).
+  // The op timeout; the job must end within kOpTimeout + 5 s of the fault even when it is longer
+  // (a rank that left, or stopped, is found without waiting for the timeout).
+  std::chrono::milliseconds op_timeout = kOpTimeout;
+  std::string error;  // In meshrun's stderr (a rank's error naming the culprit; "": not checked).
 };
 
 class Faults : public ::testing::TestWithParam<Case> {};
 
 TEST_P(Faults, EndInTimeWithDumpsTheCulpritAndNoProcessLeft) {
   const Case& c = GetParam();
-  const JobRun run = run_case(c.mode);
+  const JobRun run = run_case(c.mode, c.op_timeout);
   EXPECT_EQ(run.exit_code, 1) << run.err;
   ASSERT_TRUE(run.fault_to_end.has_value()) << "rank 3 never reached step 3\n" << run.err;
   const double seconds = std::chrono::duration<double>(*run.fault_to_end).count();
@@ -172,7 +176,15 @@ TEST_P(Faults, EndInTimeWithDumpsTheCulpritAndNoProcessLeft) {
   }
   EXPECT_NE(run.err.find("first failure: " + c.first_failure), std::string::npos) << run.err;
   EXPECT_EQ(root_culprits(run.err), c.culprits) << run.err;
+  // The summary names the analysis's culprit up front, as the rank or beside the first failure.
+  const std::string culprit_line =
+      fmt::format("culprit: rank {}, named by the analysis below", *c.culprits.begin());
+  if (run.err.find("first failure: rank " + std::to_string(*c.culprits.begin()) + " ") ==
+      std::string::npos) {
+    EXPECT_NE(run.err.find(culprit_line), std::string::npos) << run.err;
+  }
   EXPECT_NE(run.err.find(c.culprit_stack), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find(c.error), std::string::npos) << run.err;
   EXPECT_EQ(run.left_behind, std::vector<int>{});
   if (!HasFailure()) fs::remove_all(run.attempt_dir.parent_path().parent_path());
 }
@@ -183,11 +195,29 @@ const std::set<int> kSurvivors = {0, 1, 2};
 INSTANTIATE_TEST_SUITE_P(
     Matrix, Faults,
     ::testing::Values(
-        Case{"kill9", {3}, kSurvivors, "rank 3 (node 0", ""},
-        Case{"user_hang", {3}, kAll, "rank ", "rank 3 main thread: run_rank (fault_worker.cc:"},
-        Case{"exit0", {3}, kSurvivors, "rank ", ""}, Case{"wrong_op", {3}, kAll, "rank ", ""},
-        Case{"sizes", {3}, kAll, "rank ", ""}, Case{"p2p", {2}, kAll, "rank ", ""},
-        Case{"segv", {3}, kAll, "rank 3 (node 0", ""}),
+        Case{"kill9", {3}, kSurvivors, "rank 3 (node 0", "", kOpTimeout, ""},
+        Case{"user_hang",
+             {3},
+             kAll,
+             "rank ",
+             "rank 3 main thread: run_rank (fault_worker.cc:",
+             kOpTimeout,
+             ""},
+        Case{"exit0", {3}, kSurvivors, "rank ", "", kOpTimeout, ""},
+        // The default 10-minute op timeout: rank 3's exit record ends its peers' wait at once.
+        Case{"return",
+             {3},
+             kAll,
+             "rank ",
+             "",
+             600s,
+             "rank 3 has left: it returned from its program (at the end-of-run barrier) after "
+             "'mesh0/tp' #2, so it will never call all_reduce #3"},
+        Case{"sigstop", {3}, kSurvivors, "rank ", "", kOpTimeout, "rank 3 (pid "},
+        Case{"wrong_op", {3}, kAll, "rank ", "", kOpTimeout, ""},
+        Case{"sizes", {3}, kAll, "rank ", "", kOpTimeout, ""},
+        Case{"p2p", {2}, kAll, "rank ", "", kOpTimeout, ""},
+        Case{"segv", {3}, kAll, "rank 3 (node 0", "", kOpTimeout, ""}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.mode; });
 
 // (g) Two agents on loopback; node 1's agent is killed with SIGKILL while rank 3 (node 1) sits in

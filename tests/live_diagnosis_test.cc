@@ -72,13 +72,15 @@ struct Seen {
   bool timed_out_first = false;  // A watchdog timeout showed before the verdict.
   std::string out, err;          // Everything meshrun printed.
   int exit_code = -1;
+  Clock::duration stop_to_end{};  // From the SIGTERM to meshrun's end.
   fs::path log_dir;
 };
 
 // Runs examples/stall --case `mode` under meshrun until the verdict shows (or 30 s pass), calls
 // `while_stalled` with the log directory, then stops the job and returns what it showed.
 Seen run_stalled(const std::string& mode, const std::map<std::string, std::string>& env = {},
-                 const std::function<void(const fs::path&)>& while_stalled = {}) {
+                 const std::function<void(const fs::path&)>& while_stalled = {},
+                 const std::string& wait_for = "meshrun: stall ") {
   Seen seen;
   seen.log_dir = fs::temp_directory_path() / fmt::format("meshrt_live_{}_{}", ::getpid(), mode);
   fs::remove_all(seen.log_dir);
@@ -118,11 +120,11 @@ Seen run_stalled(const std::string& mode, const std::map<std::string, std::strin
     std::this_thread::sleep_for(50ms);
     if (!stall_at && read_all(out).find("step 3") != std::string::npos) stall_at = Clock::now();
     const std::string e = read_all(err);
-    if (auto line = line_with(e, "meshrun: stall ")) {
+    if (auto line = line_with(e, wait_for)) {
       seen.verdict = *line;
       // Without a "step 3" line the stall was never seen to begin: count that as too late.
       seen.to_verdict = stall_at ? Clock::now() - *stall_at : Clock::duration::max();
-      seen.timed_out_first = e.find("[timeout]") < e.find("meshrun: stall ");
+      seen.timed_out_first = e.find("[timeout]") < e.find(wait_for);
       break;
     }
     if (::waitpid(pid, nullptr, WNOHANG) == pid) return seen;
@@ -130,6 +132,7 @@ Seen run_stalled(const std::string& mode, const std::map<std::string, std::strin
   if (while_stalled) while_stalled(seen.log_dir);
   // SIGTERM reaches every rank through meshrun; SIGKILL if the job outlives its grace.
   ::kill(pid, SIGTERM);
+  const auto stopped_at = Clock::now();
   int status = 0;
   const auto stop_deadline = Clock::now() + 20s;
   while (::waitpid(pid, &status, WNOHANG) == 0) {
@@ -141,6 +144,7 @@ Seen run_stalled(const std::string& mode, const std::map<std::string, std::strin
     std::this_thread::sleep_for(20ms);
   }
   seen.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  seen.stop_to_end = Clock::now() - stopped_at;
   seen.out = read_all(out);
   seen.err = read_all(err);
   return seen;
@@ -179,6 +183,47 @@ TEST_F(LiveDiagnosis, RankStuckInUserCode) {
   // And where: its main thread's stack from the snapshot (examples/stall.cc:40 sleeps).
   EXPECT_NE(seen_.verdict.find(", at run_rank (stall.cc:40) <- main (stall.cc:"), std::string::npos)
       << seen_.verdict;
+}
+
+// Stopping a stalled job is how people give up on a hang: meshrun has every rank dump before it
+// passes the signal on, so the post-mortem still names the culprit.
+TEST_F(LiveDiagnosis, StoppingAStalledJobDumpsEveryRankAndRunsThePostMortem) {
+  seen_ = run_stalled("user_code");
+  expect_in_time(seen_);
+  EXPECT_NE(seen_.err.find("meshrun: received SIGTERM during a stall (mesh0/"), std::string::npos)
+      << seen_.err;
+  std::printf("SIGTERM to meshrun's end: %.1f s\n",
+              std::chrono::duration<double>(seen_.stop_to_end).count());
+  EXPECT_LE(seen_.stop_to_end, 8s) << seen_.err;
+  EXPECT_EQ(seen_.exit_code, 128 + SIGTERM) << seen_.err;
+  for (int r = 0; r < 4; ++r) {
+    const auto dump = nlohmann::json::parse(
+        read_all(seen_.log_dir / "logs" / "attempt_0" / fmt::format("fr_trace_{}", r)), nullptr,
+        false);
+    EXPECT_TRUE(dump.is_object()) << "rank " << r << "'s dump\n" << seen_.err;
+  }
+  const size_t roots = seen_.err.find("Root causes:");
+  ASSERT_NE(roots, std::string::npos) << seen_.err;
+  EXPECT_NE(seen_.err.find("culprit rank 3", roots), std::string::npos) << seen_.err;
+}
+
+// A compute straggler (rank 3 works 10x longer per step, nothing hangs): named live, with the
+// group it makes wait, by how much, and where its main thread is; no other rank is named.
+TEST_F(LiveDiagnosis, ComputeStragglerIsNamedLive) {
+  seen_ = run_stalled("straggler", {}, {}, "meshrun: straggler: ");
+  ASSERT_FALSE(seen_.verdict.empty()) << seen_.err;
+  std::printf("%s\n%.1f s after the job began\n", seen_.verdict.c_str(),
+              std::chrono::duration<double>(seen_.to_verdict).count());
+  EXPECT_LE(seen_.to_verdict, 15s) << seen_.verdict;
+  EXPECT_NE(seen_.verdict.find("meshrun: straggler: rank 3 arrives late at mesh0/"),
+            std::string::npos)
+      << seen_.verdict;
+  EXPECT_NE(seen_.verdict.find("; its main thread: "), std::string::npos) << seen_.verdict;
+  for (int innocent = 0; innocent < 3; ++innocent) {
+    EXPECT_EQ(seen_.err.find(fmt::format("straggler: rank {} ", innocent)), std::string::npos)
+        << seen_.err;
+  }
+  EXPECT_EQ(seen_.err.find("meshrun: stall "), std::string::npos) << seen_.err;
 }
 
 TEST_F(LiveDiagnosis, RankSkipsACollective) {

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "launcher/live_board.h"
+#include "launcher/live_stragglers.h"
 #include "runtime/store/live_keys.h"
 #include "runtime/store/tcp_store.h"
 #include "runtime/store/tcp_store_server.h"
@@ -601,6 +602,73 @@ TEST(MeshtraceLive, NoServerIsAClearError) {
               std::string::npos)
         << e.what();
   }
+}
+
+// Live stragglers: progress records of a 2 x 2 (dp x tp) mesh, one a second, with the op totals
+// each rank would publish when rank 3 spends 600 ms more than the others in its own code every
+// step: rank 2 waits for it in tp, rank 1 in dp, and rank 0 waits in dp for rank 2, which is late
+// there only because it waited for rank 3.
+class LiveStragglers : public ::testing::Test {
+ protected:
+  // Totals after `steps` one-second steps; `late` is rank 3's extra time in ms (0: balanced).
+  static std::vector<std::string> records(int steps, double late_ms) {
+    const double wait = late_ms / 1000, op = 0.01;
+    // Per step: (tp exec s, dp exec s) by rank.
+    const double per_step[4][2] = {{op, op + wait}, {op, op + wait}, {op + wait, op}, {op, op}};
+    std::vector<std::string> out;
+    for (int r = 0; r < 4; ++r) {
+      const std::vector<int> tp = r < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3};
+      const std::vector<int> dp = r % 2 == 0 ? std::vector<int>{0, 2} : std::vector<int>{1, 3};
+      json metrics = json::array();
+      const char* names[2] = {"mesh0/tp", "mesh0/dp"};
+      for (int c = 0; c < 2; ++c) {
+        metrics.push_back({{"comm", names[c]},
+                           {"op", "all_reduce"},
+                           {"p2p", false},
+                           {"ops", steps},
+                           {"timed_ops", steps},
+                           {"exec_seconds", per_step[r][c] * steps}});
+      }
+      out.push_back(json{
+          {"rank", r},
+          {"wall_ns", int64_t{1'000'000'000} * steps},
+          {"state", "user_code"},
+          {"comms",
+           {{{"name", "mesh0/tp"}, {"mesh_dim", "tp"}, {"ranks", tp}},
+            {{"name", "mesh0/dp"}, {"mesh_dim", "dp"}, {"ranks", dp}}}},
+          {"metrics",
+           metrics}}.dump());
+    }
+    return out;
+  }
+};
+
+TEST_F(LiveStragglers, TheRankThatComputesLongerIsNamedNotTheOneThatWaitedForIt) {
+  StragglerWatch watch;
+  std::vector<Straggler> found;
+  for (int step = 1; step <= 12; ++step) found = watch.add(records(step, 600));
+  ASSERT_EQ(found.size(), 2u);
+  for (const Straggler& s : found) {
+    EXPECT_EQ(s.rank, 3) << describe(s);
+    EXPECT_NEAR(s.late_ms, 600, 1) << describe(s);
+    EXPECT_EQ(s.ops, 10) << describe(s);
+  }
+  EXPECT_EQ(describe(found[0]).substr(0, 44), "rank 3 arrives late at mesh0/dp (dim dp, ran")
+      << describe(found[0]);
+  EXPECT_NE(describe(found[1]).find("rank 3 arrives late at mesh0/tp (dim tp, ranks [2, 3]) by "
+                                    "600 ms per collective on average over the last 10 s (10 "
+                                    "ops): it spends 2% of its time in ops, its peers 62%"),
+            std::string::npos)
+      << describe(found[1]);
+}
+
+TEST_F(LiveStragglers, NobodyInABalancedJobOrBeforeTheWindowFills) {
+  StragglerWatch watch;
+  for (int step = 1; step <= 4; ++step) {
+    EXPECT_TRUE(watch.add(records(step, 600)).empty()) << "after " << step << " s";
+  }
+  StragglerWatch balanced;
+  for (int step = 1; step <= 12; ++step) EXPECT_TRUE(balanced.add(records(step, 5)).empty());
 }
 
 }  // namespace

@@ -18,6 +18,12 @@ inline constexpr const char* kDumpsWritten = "fr/dumps_written";
 // Bumped by each rank's init() once its watchdog can dump: meshrun waits for dumps only from a
 // job whose ranks run meshrt, and a rank may fail before it ever published progress.
 inline constexpr const char* kRanksThatDump = "fr/ranks_that_dump";
+// Set by rank 0 when it started meshrt-monitor (a job without meshrun): after a failure the
+// monitor runs the post-mortem, and ranks about to exit wait for kPostMortemDone first, so
+// that the job's launcher (mpirun, srun) does not take the monitor down with them.
+inline constexpr const char* kPostMortemBy = "fr/post_mortem_by";
+// Set by meshrt-monitor once it has printed the post-mortem (or given up on it).
+inline constexpr const char* kPostMortemDone = "fr/post_mortem_done";
 // "fr/dump_done/<rank>": who counted `rank` in kDumpsWritten, so that it is counted once.
 inline std::string dump_done(int rank) { return "fr/dump_done/" + std::to_string(rank); }
 
