@@ -94,9 +94,10 @@ void LiveBoard::add_event(const std::string& line, bool active) {
   if (events_.size() > kMaxEvents) events_.pop_front();
 }
 
-void LiveBoard::set_stall(int rank, std::string group, std::string op, int64_t seq) {
+void LiveBoard::set_stall(int rank, std::string group, std::string op, int64_t seq,
+                          std::vector<int> culprits) {
   std::lock_guard lock(mu_);
-  stall_ = {rank, std::move(group), std::move(op), seq};
+  stall_ = {rank, std::move(group), std::move(op), seq, std::move(culprits)};
 }
 
 void LiveBoard::clear_stall() {
@@ -248,6 +249,14 @@ std::string LiveBoard::status_json(int64_t now_wall_ns) const {
     events.push_back({{"line", e.line}, {"wall_ns", e.wall_ns}, {"active", e.active}});
   }
   j["events"] = std::move(events);
+  j["stall"] = nullptr;
+  if (stall_.rank >= 0) {
+    j["stall"] = {{"rank", stall_.rank},
+                  {"group", stall_.group},
+                  {"op", stall_.op},
+                  {"seq", stall_.seq},
+                  {"culprits", stall_.culprits}};
+  }
   return j.dump();
 }
 

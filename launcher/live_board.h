@@ -40,8 +40,10 @@ class LiveBoard {
   void rank_ended(int rank, std::string how);
   // A verdict printed; `active` false for a "stall cleared" line.
   void add_event(const std::string& line, bool active);
-  // The op the live monitor reported stalled, until clear_stall(): `group` is its communicator.
-  void set_stall(int rank, std::string group, std::string op, int64_t seq);
+  // The op the live monitor reported stalled, until clear_stall(): `group` is its communicator;
+  // `culprits` the ranks its verdict blames (the page outlines them on the mesh).
+  void set_stall(int rank, std::string group, std::string op, int64_t seq,
+                 std::vector<int> culprits = {});
   // The reported stall cleared.
   void clear_stall();
   // The stall reported and not cleared, as "mesh0/tp all_reduce #3 on rank 2"; empty if none.
@@ -83,6 +85,7 @@ class LiveBoard {
     std::string group;
     std::string op;
     int64_t seq = 0;
+    std::vector<int> culprits;
   };
   Stall stall_;
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "launcher/files.h"
 #include "launcher/post_mortem.h"
@@ -86,7 +87,8 @@ LongestOp LiveMonitor::read_progress(std::vector<std::string>* records,
 }
 
 std::optional<std::string> LiveMonitor::verdict(const LongestOp& stalled,
-                                                const std::vector<std::string>& records) {
+                                                const std::vector<std::string>& records,
+                                                std::vector<int>* culprits) {
   const std::string fallback =
       fmt::format("stall {} s: {} {} #{} on rank {}", (stalled.running_ms + 500) / 1000,
                   stalled.group, stalled.op, stalled.seq, stalled.rank);
@@ -109,6 +111,11 @@ std::optional<std::string> LiveMonitor::verdict(const LongestOp& stalled,
   std::string line = run.output.substr(0, run.output.find('\n'));
   if (run.exit_code != 0 || line.empty()) {
     return fmt::format("{} (meshtrace stall failed: {})", fallback, run.output);
+  }
+  // Line 2: "culprits: [3, 5]".
+  if (const size_t at = run.output.find("\nculprits: ["); at != std::string::npos) {
+    std::istringstream list(run.output.substr(at + 12, run.output.find(']', at) - at - 12));
+    for (std::string r; std::getline(list, r, ',');) culprits->push_back(std::atoi(r.c_str()));
   }
   std::vector<std::string> now;
   std::vector<LongestOp> per_rank;
@@ -205,8 +212,10 @@ void LiveMonitor::loop() {
       }
       if (over && !stalled && Clock::now() >= quiet_until) {
         board_.set_stall(longest.rank, longest.group, longest.op, longest.seq);
-        if (const std::optional<std::string> line = verdict(longest, records)) {
+        std::vector<int> culprits;
+        if (const std::optional<std::string> line = verdict(longest, records, &culprits)) {
           stalled = longest;
+          board_.set_stall(longest.rank, longest.group, longest.op, longest.seq, culprits);
           say_(*line);
           board_.add_event(*line, true);
         } else {

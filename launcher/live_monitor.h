@@ -73,7 +73,8 @@ class LiveMonitor {
   // nullopt when the stalled op ended meanwhile (the snapshots then show different moments of a
   // slow job, and a verdict drawn from them would blame whoever moved on).
   std::optional<std::string> verdict(const LongestOp& stalled,
-                                     const std::vector<std::string>& records);
+                                     const std::vector<std::string>& records,
+                                     std::vector<int>* culprits);
   // Says which ranks became stragglers (or stopped being one) since the last poll.
   void report_stragglers(const std::vector<Straggler>& now);
 

@@ -19,12 +19,24 @@ th{background:#f3f3f3}
 td.slow{background:#fde2e1}
 td.busy{background:#fff6d8}
 .muted{color:#777}
+#mesh{border-collapse:separate;border-spacing:6px}
+#mesh td{border:2px solid #bbb;border-radius:6px;padding:.4em .6em;min-width:11em}
+#mesh td.in_op{background:#fff6d8}
+#mesh td.user_code,#mesh td.between_ops{background:#e3f4e1}
+#mesh td.finished,#mesh td.ended{background:#e6e6e6}
+#mesh td.silent{background:#d9d9f5}
+#mesh td.waiting{background:#fde2e1}
+#mesh td.culprit{border:5px solid #ff00aa;background:#ffd6f0}
+#mesh .who{font-weight:bold}
+#mesh .wait{color:#b00;font-weight:bold}
 #events{font-family:monospace;white-space:pre-wrap}
 </style></head>
 <body>
 <h1>meshrun: live status</h1>
 <div id="job" class="muted">loading /status.json ...</div>
 <div id="verdict" class="ok"></div>
+<div id="meshname" class="muted"></div>
+<table id="mesh"></table>
 <table id="ranks"></table>
 <h2 style="font-size:1.05em">Events</h2>
 <div id="events" class="muted"></div>
@@ -46,7 +58,72 @@ function cellText(c) {
                 " running " + secs(f.running_ms);
   return "idle, completed #" + c.completed + (c.enqueued > c.completed ? ", queued #" + c.enqueued : "");
 }
+// The mesh, from the communicators' dims: each dim's groups list their members; a dim's stride
+// (member gap) orders dims outermost first, and a rank's place in its group of a dim is its
+// coordinate there. Rows are the outer dims, columns the innermost.
+function drawMesh(s) {
+  const dims = {};
+  for (const r of s.ranks) for (const c of r.comms) {
+    if (!c.mesh_dim || !c.ranks || c.ranks.length < 2) continue;
+    const d = dims[c.mesh_dim] || (dims[c.mesh_dim] = {name: c.mesh_dim, comm: c.name, at: {}});
+    d.size = c.ranks.length;
+    d.stride = c.ranks[1] - c.ranks[0];
+    c.ranks.forEach((g, i) => { d.at[g] = i; });
+  }
+  // Flattened dims ("dp_tp") span others: keep dims no other dim lies within.
+  let order = Object.values(dims).filter(d => !d.name.includes("_")).sort((a, b) => b.stride - a.stride);
+  const t = document.getElementById("mesh");
+  t.replaceChildren();
+  if (!order.length) { document.getElementById("meshname").textContent = ""; return; }
+  document.getElementById("meshname").textContent = "mesh " + order.map(d => d.name + " " + d.size).join(" x ") +
+      (s.stall && s.stall.culprits.length ? "; culprit outlined, ranks waiting for it marked" : "");
+  const inner = order[order.length - 1], outer = order.slice(0, -1);
+  const culprits = s.stall ? s.stall.culprits : [];
+  const rows = {};
+  for (const r of s.ranks) {
+    if (order.some(d => d.at[r.rank] === undefined)) continue;
+    const key = outer.map(d => d.name + " " + d.at[r.rank]).join(", ");
+    (rows[key] || (rows[key] = []))[inner.at[r.rank]] = r;
+  }
+  const head = el("tr");
+  if (outer.length) head.append(el("th"));
+  for (let i = 0; i < inner.size; ++i) head.append(el("th", inner.name + " " + i));
+  t.append(head);
+  for (const key of Object.keys(rows).sort()) {
+    const tr = el("tr");
+    if (outer.length) tr.append(el("th", key));
+    for (const r of rows[key]) {
+      if (!r) { tr.append(el("td", "-", "muted")); continue; }
+      const silent = r.age_ms > 3000 && r.state !== "ended";
+      const cell = el("td", undefined, silent ? "silent" : r.state);
+      cell.id = "cell-" + r.rank;
+      cell.append(el("div", "rank " + r.rank + (silent ? " (silent)" : ""), "who"));
+      cell.append(el("div", r.state === "ended" ? "process " + r.ended :
+                            r.state.replace("_", " ") + " " + secs(r.state_ms)));
+      let waits = false;
+      for (const d of order) {
+        const c = r.comms.find(x => x.name === d.comm || x.mesh_dim === d.name);
+        if (!c) continue;
+        const f = c.in_flight;
+        cell.append(el("div", d.name + ": " + (f ? f.op + " #" + f.seq + " " + secs(f.running_ms)
+                                                : "idle #" + c.completed)));
+        const late = f && s.stall_threshold_s > 0 && f.running_ms >= s.stall_threshold_s * 1000;
+        if (late && culprits.some(x => x !== r.rank && c.ranks.includes(x))) waits = true;
+      }
+      if (culprits.includes(r.rank)) {
+        cell.className = "culprit";
+        cell.append(el("div", "culprit", "wait"));
+      } else if (waits) {
+        cell.className = "waiting";
+        cell.append(el("div", "→ waits for rank " + culprits.join(", "), "wait"));
+      }
+      tr.append(cell);
+    }
+    t.append(tr);
+  }
+}
 function draw(s) {
+  drawMesh(s);
   const job = document.getElementById("job");
   job.textContent = "job " + s.run_id + (s.running ? ", attempt " + s.attempt + ", " +
       s.world_size + " ranks" : ", no attempt running") + "; stall threshold " +

@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <chrono>
@@ -63,6 +64,81 @@ std::string run_command(const std::string& command) {
   for (size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
   ::pclose(pipe);
   return out;
+}
+
+// How many pixels of the PNG at `path` have the colour (r, g, b): a decoder for what headless
+// Chromium writes (8-bit RGB or RGBA, not interlaced); -1 when the file is not such a PNG.
+int64_t count_pixels(const fs::path& path, uint8_t r, uint8_t g, uint8_t b) {
+  const std::string png = read_all(path);
+  if (png.size() < 8 || png.compare(0, 8, "\x89PNG\r\n\x1a\n") != 0) return -1;
+  auto be32 = [&](size_t at) {
+    return static_cast<uint32_t>(static_cast<uint8_t>(png[at])) << 24 |
+           static_cast<uint32_t>(static_cast<uint8_t>(png[at + 1])) << 16 |
+           static_cast<uint32_t>(static_cast<uint8_t>(png[at + 2])) << 8 |
+           static_cast<uint8_t>(png[at + 3]);
+  };
+  uint32_t width = 0, height = 0, channels = 0;
+  std::string idat;
+  for (size_t at = 8; at + 12 <= png.size();) {
+    const uint32_t len = be32(at);
+    const std::string type = png.substr(at + 4, 4);
+    if (at + 12 + len > png.size()) return -1;
+    if (type == "IHDR") {
+      width = be32(at + 8);
+      height = be32(at + 12);
+      const int depth = png[at + 16], colour = png[at + 17], interlace = png[at + 20];
+      if (depth != 8 || interlace != 0 || (colour != 2 && colour != 6)) return -1;
+      channels = colour == 2 ? 3 : 4;
+    } else if (type == "IDAT") {
+      idat += png.substr(at + 8, len);
+    }
+    at += 12 + len;
+  }
+  const size_t stride = static_cast<size_t>(width) * channels;
+  std::vector<uint8_t> raw((stride + 1) * height);
+  uLongf raw_size = raw.size();
+  if (channels == 0 ||
+      ::uncompress(raw.data(), &raw_size, reinterpret_cast<const Bytef*>(idat.data()),
+                   idat.size()) != Z_OK ||
+      raw_size != raw.size()) {
+    return -1;
+  }
+  // Undo each scanline's filter (PNG's five: none, sub, up, average, Paeth).
+  std::vector<uint8_t> prev(stride, 0), line(stride);
+  int64_t count = 0;
+  for (uint32_t y = 0; y < height; ++y) {
+    const uint8_t* in = &raw[y * (stride + 1)];
+    for (size_t i = 0; i < stride; ++i) {
+      const int a = i >= channels ? line[i - channels] : 0, up = prev[i];
+      const int c = i >= channels ? prev[i - channels] : 0;
+      int pred = 0;
+      switch (in[0]) {
+        case 1:
+          pred = a;
+          break;
+        case 2:
+          pred = up;
+          break;
+        case 3:
+          pred = (a + up) / 2;
+          break;
+        case 4: {
+          const int p = a + up - c, pa = std::abs(p - a), pb = std::abs(p - up),
+                    pc = std::abs(p - c);
+          pred = pa <= pb && pa <= pc ? a : pb <= pc ? up : c;
+          break;
+        }
+        default:
+          break;
+      }
+      line[i] = static_cast<uint8_t>(in[1 + i] + pred);
+    }
+    for (size_t x = 0; x < stride; x += channels) {
+      count += line[x] == r && line[x + 1] == g && line[x + 2] == b;
+    }
+    prev.swap(line);
+  }
+  return count;
 }
 
 // What one stalled job showed.
@@ -293,6 +369,7 @@ TEST_F(LiveDiagnosis, StatusPageAndMeshtraceLiveNameTheStall) {
   ASSERT_FALSE(chromium.empty())
       << "chromium is not installed: it is a declared test dependency (.ci/install-deps.sh)";
   std::string url, text, dom, stacks, metrics;
+  int64_t culprit_pixels = -1;
   seen_ = run_stalled("user_code", {}, [&](const fs::path& dir) {
     const auto line = line_with(read_all(dir / "meshrun.err"), "meshrun: live status: http://");
     if (!line) return;
@@ -307,6 +384,14 @@ TEST_F(LiveDiagnosis, StatusPageAndMeshtraceLiveNameTheStall) {
         "--virtual-time-budget=5000 --dump-dom ",
         chromium, (dir / "chromium").string());
     dom = run_command(browse + "'" + url + "' 2>/dev/null");
+    // What people see: the mesh drawn, rank 3's cell outlined in the culprit's colour.
+    const fs::path shot = dir / "status.png";
+    run_command(fmt::format(
+        "timeout 60 '{}' --headless --no-sandbox --disable-gpu --disable-dev-shm-usage "
+        "--no-first-run --user-data-dir='{}' --virtual-time-budget=5000 --hide-scrollbars "
+        "--window-size=1200,900 --screenshot='{}' '{}' >/dev/null 2>&1",
+        chromium, (dir / "chromium-shot").string(), shot.string(), url));
+    culprit_pixels = count_pixels(shot, 0xff, 0x00, 0xaa);
     // The URL carries the job's token (?token=...): the stacks path goes before it.
     const size_t query = url.find('?');
     stacks = run_command(browse + "'" + url.substr(0, query) + "ranks/3/stacks" +
@@ -334,6 +419,18 @@ TEST_F(LiveDiagnosis, StatusPageAndMeshtraceLiveNameTheStall) {
   ASSERT_NE(row3, std::string::npos) << dom;
   EXPECT_NE(dom.find("user code for", row3), std::string::npos) << dom;
   EXPECT_NE(dom.find("class=\"slow\">broadcast #3 running"), std::string::npos) << dom;
+  // The mesh: a pp x tp grid, rank 3's cell the culprit, ranks 1 and 2 (in ops with it past the
+  // threshold) pointing at it, and the outline on screen.
+  EXPECT_NE(dom.find("mesh pp 2 x tp 2; culprit outlined"), std::string::npos) << dom;
+  const size_t cell3 = dom.find("<td class=\"culprit\" id=\"cell-3\">");
+  ASSERT_NE(cell3, std::string::npos) << dom;
+  EXPECT_NE(dom.find("user code", cell3), std::string::npos) << dom;
+  for (const int waiting : {1, 2}) {
+    const size_t cell = dom.find(fmt::format("<td class=\"waiting\" id=\"cell-{}\">", waiting));
+    ASSERT_NE(cell, std::string::npos) << dom;
+    EXPECT_NE(dom.find("waits for rank 3", cell), std::string::npos) << dom;
+  }
+  EXPECT_GT(culprit_pixels, 500) << "the culprit's outline colour in the screenshot";
   // Its links carry the token on (every request wants it).
   EXPECT_NE(dom.find("href=\"ranks/3/stacks?token="), std::string::npos) << dom;
   EXPECT_NE(url.find("?token="), std::string::npos) << url;

@@ -133,7 +133,11 @@ RankProgress parse_progress(const std::string& text, const std::string& what) {
   return p;
 }
 
-std::string live_verdict(std::vector<RankDump> dumps, const std::vector<RankProgress>& progress) {
+std::string live_verdict(std::vector<RankDump> dumps, const std::vector<RankProgress>& progress,
+                         std::vector<int>* culprits_out) {
+  std::vector<int> ignored;
+  std::vector<int>& blamed = culprits_out != nullptr ? *culprits_out : ignored;
+  blamed.clear();
   StalledOp stalled;
   for (const RankProgress& p : progress) {
     if (p.longest.rank >= 0 && (stalled.rank < 0 || p.longest.running_ms > stalled.running_ms)) {
@@ -162,6 +166,7 @@ std::string live_verdict(std::vector<RankDump> dumps, const std::vector<RankProg
     }
     std::sort(finished.begin(), finished.end());
     if (!finished.empty()) {
+      blamed = finished;
       return fmt::format(
           "{}: {} {} #{} — {} finished {} program (no communicator for {} s) while the others "
           "wait in ops with {}: it returned early or skipped the rest",
@@ -190,6 +195,8 @@ std::string live_verdict(std::vector<RankDump> dumps, const std::vector<RankProg
         }
         silent.push_back(std::move(s));
       }
+      blamed = m.missing_ranks;
+      std::sort(blamed.begin(), blamed.end());
       std::string line = fmt::format("{}: ", age);
       line += m.seq ? fmt::format("{} {} #{}", m.group, m.op, *m.seq)
                     : fmt::format("{} {} #{}", stalled.group, stalled.op, stalled.seq);
@@ -220,9 +227,11 @@ std::string live_verdict(std::vector<RankDump> dumps, const std::vector<RankProg
     std::sort(on_cycle.begin(), on_cycle.end());
     on_cycle.erase(std::unique(on_cycle.begin(), on_cycle.end()), on_cycle.end());
     line += fmt::format("; a cycle of waits (a deadlock) among {}", ranks_phrase(on_cycle));
+    blamed = on_cycle;
   }
   std::vector<int> culprits = f->culprit_ranks;
   std::sort(culprits.begin(), culprits.end());
+  if (!f->cycle) blamed = culprits;
   if (!culprits.empty()) {
     const int c = culprits.front();
     const std::string last = last_completed(dumps, c);
@@ -241,8 +250,8 @@ std::string live_verdict(std::vector<RankDump> dumps, const std::vector<RankProg
   return line;
 }
 
-std::string live_verdict_from_directory(const std::filesystem::path& dir,
-                                        const std::string& prefix) {
+std::string live_verdict_from_directory(const std::filesystem::path& dir, const std::string& prefix,
+                                        std::vector<int>* culprits) {
   std::vector<RankProgress> progress;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
@@ -254,7 +263,7 @@ std::string live_verdict_from_directory(const std::filesystem::path& dir,
     progress.push_back(parse_progress(ss.str(), entry.path().string()));
   }
   if (ec) throw InputError(fmt::format("'{}': {}", dir.string(), ec.message()));
-  return live_verdict(read_dumps(find_dump_files(dir, prefix)), progress);
+  return live_verdict(read_dumps(find_dump_files(dir, prefix)), progress, culprits);
 }
 
 }  // namespace meshrt::trace

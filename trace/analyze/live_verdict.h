@@ -36,12 +36,14 @@ RankProgress parse_progress(const std::string& text, const std::string& what);
 
 // The verdict line for snapshots `dumps` and records `progress`: "stall 12 s: mesh0/tp
 // all_reduce #37 — rank 3 has not entered it; rank 3 last completed mesh0/dp broadcast #12 and
-// has been in user code for 12 s". Majority blame as analyze() decides it.
-std::string live_verdict(std::vector<RankDump> dumps, const std::vector<RankProgress>& progress);
+// has been in user code for 12 s". Majority blame as analyze() decides it. `culprits`, when
+// given, gets the ranks the line blames (sorted; empty when it blames none).
+std::string live_verdict(std::vector<RankDump> dumps, const std::vector<RankProgress>& progress,
+                         std::vector<int>* culprits = nullptr);
 
 // Reads `<dir>/<prefix><rank>` snapshots and `<dir>/progress_<rank>.json` records and returns
 // live_verdict(). Throws InputError.
-std::string live_verdict_from_directory(const std::filesystem::path& dir,
-                                        const std::string& prefix);
+std::string live_verdict_from_directory(const std::filesystem::path& dir, const std::string& prefix,
+                                        std::vector<int>* culprits = nullptr);
 
 }  // namespace meshrt::trace

@@ -160,7 +160,8 @@ int main(int argc, char** argv) {
   std::string stall_prefix = "fr_";
   CLI::App* stall = app.add_subcommand(
       "stall",
-      "Print the live verdict on a stalled job in one line: DIR holds the ranks' flight-recorder "
+      "Print the live verdict on a stalled job in one line (then 'culprits: [ranks]'): DIR holds "
+      "the ranks' flight-recorder "
       "snapshots (<prefix><rank>) and progress records (progress_<rank>.json) that meshrun "
       "gathered; they are matched with analyze's rules (docs/diagnosis.md).");
   stall->footer("Exit status: 0 a verdict was printed, 2 bad input or arguments.");
@@ -203,8 +204,12 @@ int main(int argc, char** argv) {
   }
   if (stall->parsed()) {
     try {
-      std::printf("%s\n",
-                  meshrt::trace::live_verdict_from_directory(stall_dir, stall_prefix).c_str());
+      // Line 2 is for meshrun's live board, which outlines the culprits on its mesh.
+      std::vector<int> culprits;
+      const std::string line =
+          meshrt::trace::live_verdict_from_directory(stall_dir, stall_prefix, &culprits);
+      std::printf("%s\nculprits: [%s]\n", line.c_str(),
+                  fmt::format("{}", fmt::join(culprits, ", ")).c_str());
       return kOk;
     } catch (const meshrt::trace::InputError& e) {
       std::fprintf(stderr, "meshtrace: error: %s\n", e.what());
