@@ -19,6 +19,11 @@ using std::chrono::milliseconds;
 
 }  // namespace
 
+std::string LongestOp::text() const {
+  if (peer < 0) return fmt::format("{} {} #{}", group, op, seq);
+  return fmt::format("{} {} #{} {} rank {}", group, op, seq, op == "send" ? "to" : "from", peer);
+}
+
 LiveMonitorOptions live_monitor_options_from_env() {
   LiveMonitorOptions o;
   if (auto s = trace::env::get_int({"MESHRT_STALL_S"}, 0, 86400)) o.stall = milliseconds(*s * 1000);
@@ -38,8 +43,13 @@ std::optional<LongestOp> longest_in_record(const std::string& record, int64_t no
       if (f.is_null()) continue;
       const int64_t ms = f.at("running_ms").get<int64_t>() + age_ms;
       if (longest.rank >= 0 && ms <= longest.running_ms) continue;
-      longest = {j.at("rank").get<int>(), c.at("name").get<std::string>(),
-                 f.at("op").get<std::string>(), f.at("seq").get<int64_t>(), ms};
+      const bool p2p = f.value("p2p", false) && f.value("peer", -1) >= 0;
+      longest = {j.at("rank").get<int>(),
+                 c.at("name").get<std::string>(),
+                 f.at("op").get<std::string>(),
+                 p2p ? f.at("channel_seq").get<int64_t>() : f.at("seq").get<int64_t>(),
+                 p2p ? f.at("peer").get<int>() : -1,
+                 ms};
     }
   } catch (const nlohmann::json::exception&) {
     return std::nullopt;
@@ -89,9 +99,8 @@ LongestOp LiveMonitor::read_progress(std::vector<std::string>* records,
 std::optional<std::string> LiveMonitor::verdict(const LongestOp& stalled,
                                                 const std::vector<std::string>& records,
                                                 std::vector<int>* culprits) {
-  const std::string fallback =
-      fmt::format("stall {} s: {} {} #{} on rank {}", (stalled.running_ms + 500) / 1000,
-                  stalled.group, stalled.op, stalled.seq, stalled.rank);
+  const std::string fallback = fmt::format(
+      "stall {} s: {} on rank {}", (stalled.running_ms + 500) / 1000, stalled.text(), stalled.rank);
   const Snapshots snaps = board_.snapshots(options_.snapshot_wait);
   const std::string dir = fmt::format("{}/{}", dir_, snaps.request);
   make_dirs(dir);
@@ -202,9 +211,8 @@ void LiveMonitor::loop() {
       // The stall lasts while the op it was reported for still runs on its rank (other ranks'
       // ops of the same stall may be as old: the longest alone would flap between them).
       if (stalled && !per_rank[stalled->rank].same_op(*stalled)) {
-        const std::string line =
-            fmt::format("stall cleared: {} {} #{} on rank {} is no longer stuck", stalled->group,
-                        stalled->op, stalled->seq, stalled->rank);
+        const std::string line = fmt::format("stall cleared: {} on rank {} is no longer stuck",
+                                             stalled->text(), stalled->rank);
         say_(line);
         board_.add_event(line, false);
         board_.clear_stall();
@@ -221,11 +229,9 @@ void LiveMonitor::loop() {
         } else {
           board_.clear_stall();
           const std::string slow = fmt::format(
-              "slow, not stalled: {} {} #{} on rank {} ended while the ranks' snapshots were "
-              "taken ({} s after it began); no verdict is drawn from snapshots of different "
-              "moments",
-              longest.group, longest.op, longest.seq, longest.rank,
-              (longest.running_ms + 500) / 1000);
+              "slow, not stalled: {} on rank {} ended while the ranks' snapshots were taken ({} "
+              "s after it began); no verdict is drawn from snapshots of different moments",
+              longest.text(), longest.rank, (longest.running_ms + 500) / 1000);
           say_(slow);
           board_.add_event(slow, false);
           quiet_until = Clock::now() + options_.stall;

@@ -39,11 +39,14 @@ struct LongestOp {
   int rank = -1;  // -1: nothing in flight.
   std::string group;
   std::string op;
-  int64_t seq = 0;
+  int64_t seq = 0;  // A p2p op's number on its channel with `peer` (docs/diagnosis.md).
+  int peer = -1;    // A p2p op's peer (global rank); -1 for a collective.
   int64_t running_ms = 0;
   bool same_op(const LongestOp& o) const {
-    return rank == o.rank && group == o.group && op == o.op && seq == o.seq;
+    return rank == o.rank && group == o.group && op == o.op && seq == o.seq && peer == o.peer;
   }
+  // "world recv #1 from rank 3", "mesh0/tp all_reduce #3".
+  std::string text() const;
 };
 
 // The longest op in flight in one progress record (runtime/progress_publisher.h), its running

@@ -52,10 +52,15 @@ function el(tag, text, cls) {
   return e;
 }
 function link(href, text) { const a = el("a", text); a.href = href + q; return a; }
+// A p2p op by its number on its channel, as both ends and meshtrace count it.
+function opText(f) {
+  if (f.p2p && f.peer >= 0) return f.op + " #" + f.channel_seq + (f.op === "send" ? " to" : " from") +
+                                   " rank " + f.peer;
+  return f.op + " #" + f.seq;
+}
 function cellText(c) {
   const f = c.in_flight;
-  if (f) return f.op + " #" + f.seq + (f.p2p && f.peer >= 0 ? " peer " + f.peer : "") +
-                " running " + secs(f.running_ms);
+  if (f) return opText(f) + " running " + secs(f.running_ms);
   return "idle, completed #" + c.completed + (c.enqueued > c.completed ? ", queued #" + c.enqueued : "");
 }
 // The mesh, from the communicators' dims: each dim's groups list their members; a dim's stride
@@ -105,7 +110,7 @@ function drawMesh(s) {
         const c = r.comms.find(x => x.name === d.comm || x.mesh_dim === d.name);
         if (!c) continue;
         const f = c.in_flight;
-        cell.append(el("div", d.name + ": " + (f ? f.op + " #" + f.seq + " " + secs(f.running_ms)
+        cell.append(el("div", d.name + ": " + (f ? opText(f) + " " + secs(f.running_ms)
                                                 : "idle #" + c.completed)));
         const late = f && s.stall_threshold_s > 0 && f.running_ms >= s.stall_threshold_s * 1000;
         if (late && culprits.some(x => x !== r.rank && c.ranks.includes(x))) waits = true;

@@ -269,8 +269,14 @@ void Communicator::publish_locked(Work& work, Op& op, uint64_t op_seq, int64_t& 
 
 ErrorContext Communicator::context(const Work& work) const {
   const trace::OpRecord& r = work.record_;
-  return {global_rank(), name(), std::string(r.op), static_cast<int64_t>(trace::trace_seq(r)),
-          static_cast<int64_t>(r.op_seq)};
+  ErrorContext c{global_rank(), name(), std::string(r.op),
+                 static_cast<int64_t>(trace::trace_seq(r)), static_cast<int64_t>(r.op_seq)};
+  if (r.is_p2p && r.root_or_peer >= 0 &&
+      r.root_or_peer < static_cast<int>(info_->global_ranks.size())) {
+    c.peer = info_->global_ranks[r.root_or_peer];
+    c.channel_seq = static_cast<int64_t>(r.p2p_channel_seq);
+  }
+  return c;
 }
 
 void Communicator::launch(const Op& op, const WorkHandle& work,

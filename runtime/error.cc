@@ -16,7 +16,13 @@ std::string format_message(ErrorCode code, const ErrorContext& c, const std::str
   if (!c.comm.empty()) add(fmt::format("comm '{}'", c.comm));
   if (!c.op.empty()) {
     std::string op = c.seq >= 0 ? fmt::format("{} #{}", c.op, c.seq) : c.op;
-    if (c.op_id >= 0 && c.op_id != c.seq) op += fmt::format(" (op_id {})", c.op_id);
+    if (c.peer >= 0 && c.channel_seq > 0) {
+      op = fmt::format("{} #{} {} rank {}", c.op, c.channel_seq, c.op == "send" ? "to" : "from",
+                       c.peer);
+      if (c.seq >= 0) op += fmt::format(" (p2p_seq_id {})", c.seq);
+    } else if (c.op_id >= 0 && c.op_id != c.seq) {
+      op += fmt::format(" (op_id {})", c.op_id);
+    }
     add(op);
   }
   if (!where.empty()) out += " " + where;

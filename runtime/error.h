@@ -69,6 +69,10 @@ struct ErrorContext {
   // The communicator's count of all its ops at this one (PyTorch's op_id); shown only where it
   // differs from seq. -1 when unknown.
   int64_t op_id = -1;
+  // A p2p op: the peer's global rank and the op's number on the channel with it, which is how
+  // what() names it ("recv #2 from rank 3 (p2p_seq_id 5)"), as both ends count it alike.
+  int peer = -1;
+  int64_t channel_seq = -1;
 };
 
 // Thrown by every meshrt API (mesh/layout.h's rank math excepted). what() reads like

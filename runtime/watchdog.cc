@@ -259,6 +259,7 @@ void Watchdog::scan_timeouts() {
         rec.comm->global_rank, rec.comm->name, rec.is_p2p ? rec.p2p_seq : rec.collective_seq,
         std::string(rec.op),
         fmt::format("ran for {} ms, timeout {} ms ({})", ran_ms, rec.timeout_ms, sizes_text(rec))};
+    t.op_text = trace::op_text(rec);
     fire(trace::DumpReason::kTimeout, t);
     apply_policy(comm);
   }
@@ -326,13 +327,13 @@ void Watchdog::check_left_peers() {
           // finished rank still holds may run an op of its own: no verdict then.)
           gone = left->ended.empty()
                      ? fmt::format(
-                           "rank {} has left: it returned from its program (at the end-of-run "
-                           "barrier) while this rank waits for it in {} #{}",
-                           peer, rec.op, seq)
+                           "rank {} has left: it returned from its program (at the "
+                           "end-of-run barrier) while this rank waits for it in {}",
+                           peer, trace::op_text(rec))
                      : fmt::format(
                            "rank {}'s process ended ({}) while this rank waits for it "
-                           "in {} #{}",
-                           peer, left->ended, rec.op, seq);
+                           "in {}",
+                           peer, left->ended, trace::op_text(rec));
         }
       }
       std::string why = gone;
@@ -351,6 +352,7 @@ void Watchdog::check_left_peers() {
       trace::DumpTrigger t{
           info.global_rank, info.name, trace::trace_seq(rec), std::string(rec.op),
           fmt::format("{} (waited {} ms; {})", why, (now - since) / 1'000'000, sizes_text(rec))};
+      t.op_text = trace::op_text(rec);
       fire(trace::DumpReason::kFailure, t);
       apply_policy(comm);
       return;
@@ -533,8 +535,10 @@ void Watchdog::fire(trace::DumpReason reason, const trace::DumpTrigger& trigger)
   std::lock_guard serial(fire_mu_);
   if (fired_.exchange(true)) return;
   job_failed_.store(true);
-  log().error("watchdog: rank {}, comm '{}', {} #{}: {}", trigger.rank, trigger.group, trigger.op,
-              trigger.seq, trigger.detail);
+  log().error(
+      "watchdog: rank {}, comm '{}', {}: {}", trigger.rank, trigger.group,
+      trigger.op_text.empty() ? fmt::format("{} #{}", trigger.op, trigger.seq) : trigger.op_text,
+      trigger.detail);
   std::shared_ptr<Store> store;
   {
     std::lock_guard lock(mu_);
@@ -578,6 +582,7 @@ void Watchdog::on_op_failed(const trace::OpRecord& rec, const std::string& error
   try {
     trace::DumpTrigger t{rec.comm->global_rank, rec.comm->name,
                          rec.is_p2p ? rec.p2p_seq : rec.collective_seq, std::string(rec.op), error};
+    t.op_text = trace::op_text(rec);
     fire(timed_out ? trace::DumpReason::kTimeout : trace::DumpReason::kFailure, t);
     if (policy() == TimeoutPolicy::kAbort) exit_after_dumps();
   } catch (const std::exception& e) {

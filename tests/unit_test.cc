@@ -142,6 +142,29 @@ TEST(ErrorType, MessageNamesEveryKnownPart) {
                "meshrt [timeout] rank 0, comm 'world', all_reduce #2 (op_id 3): late");
   Error same(ErrorCode::kTimeout, {0, "world", "all_reduce", 2, 2}, "late");
   EXPECT_STREQ(same.what(), "meshrt [timeout] rank 0, comm 'world', all_reduce #2: late");
+  // A p2p op by its number on its channel with the peer, as both ends and meshtrace count it.
+  Error recv(ErrorCode::kTimeout, {2, "world", "recv", 5, 9, 3, 2}, "late");
+  EXPECT_STREQ(recv.what(),
+               "meshrt [timeout] rank 2, comm 'world', recv #2 from rank 3 (p2p_seq_id 5): late");
+}
+
+TEST(OpText, APeerToPeerOpIsNamedByItsChannelAndPeer) {
+  trace::OpRecord r;
+  auto info = std::make_shared<trace::CommInfo>();
+  info->global_ranks = {4, 6, 7};
+  r.comm = info;
+  r.kind = OpKind::kSend;
+  r.op = "send";
+  r.is_p2p = true;
+  r.p2p_seq = 9;
+  r.p2p_channel_seq = 2;
+  r.root_or_peer = 2;
+  EXPECT_EQ(trace::op_text(r), "send #2 to rank 7");
+  r.is_p2p = false;
+  r.kind = OpKind::kAllReduce;
+  r.op = "all_reduce";
+  r.collective_seq = 12;
+  EXPECT_EQ(trace::op_text(r), "all_reduce #12");
 }
 
 // Every validation rule: on every rank of a 4-rank world the call throws kInvalidArgument with

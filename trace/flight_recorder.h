@@ -46,6 +46,8 @@ struct DumpTrigger {
   std::string op;
   std::string detail;
   int pid = 0;  // The process the dump is of, when another one writes it (0: this one).
+  // How logs name the op (trace::op_text: a p2p op by its channel); empty: "<op> #<seq>".
+  std::string op_text{};
 };
 
 // Facts about the job that records do not carry, set by the runtime at init.

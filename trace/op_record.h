@@ -144,6 +144,19 @@ inline uint64_t trace_seq(const OpRecord& record) {
   return record.is_p2p ? record.p2p_seq : record.collective_seq;
 }
 
+// The op as people read it in logs, errors and live views: "all_reduce #5", or for a p2p op its
+// number on its channel with the peer, "send #2 to rank 3", which both ends of the channel give
+// it (p2p_seq counts every p2p op of the communicator, so it differs between the two ranks).
+// docs/diagnosis.md, "Numbering".
+inline std::string op_text(const OpRecord& record) {
+  const bool known_peer = record.is_p2p && record.comm && record.root_or_peer >= 0 &&
+                          record.root_or_peer < static_cast<int>(record.comm->global_ranks.size());
+  if (!known_peer) return std::string(record.op) + " #" + std::to_string(trace_seq(record));
+  return std::string(record.op) + " #" + std::to_string(record.p2p_channel_seq) +
+         (record.kind == OpKind::kSend ? " to rank " : " from rank ") +
+         std::to_string(record.comm->global_ranks[record.root_or_peer]);
+}
+
 // How long the op ran, start to end, in nanoseconds; 0 when it never started or has not ended
 // (an op that fails while queued has no start).
 inline int64_t run_ns(const OpRecord& record) {

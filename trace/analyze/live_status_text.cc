@@ -30,10 +30,15 @@ std::string cell(const json& c, int64_t threshold_ms) {
   if (f.is_object()) {
     const int64_t ms = f.at("running_ms").get<int64_t>();
     const int peer = f.value("peer", -1);
-    return fmt::format("{} #{}{} running {}{}", f.at("op").get<std::string>(),
-                       f.at("seq").get<int64_t>(),
-                       f.value("p2p", false) && peer >= 0 ? fmt::format(" peer {}", peer) : "",
-                       secs(ms), threshold_ms > 0 && ms >= threshold_ms ? " !" : "");
+    const std::string op = f.at("op").get<std::string>();
+    // A p2p op by its number on its channel, as both ends and the verdict count it.
+    const std::string what =
+        f.value("p2p", false) && peer >= 0
+            ? fmt::format("{} #{} {} rank {}", op, f.value("channel_seq", int64_t{0}),
+                          op == "send" ? "to" : "from", peer)
+            : fmt::format("{} #{}", op, f.at("seq").get<int64_t>());
+    return fmt::format("{} running {}{}", what, secs(ms),
+                       threshold_ms > 0 && ms >= threshold_ms ? " !" : "");
   }
   const int64_t completed = c.at("completed").get<int64_t>();
   const int64_t enqueued = c.at("enqueued").get<int64_t>();
