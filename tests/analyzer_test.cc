@@ -729,6 +729,78 @@ TEST_F(AnalyzerTest, CompletedSymmetricCollectiveIsNoFinding) {
   EXPECT_TRUE(report.findings.empty()) << describe(report);
 }
 
+// A broadcast (not symmetric: the root may finish first) that three tp ranks completed and one
+// never started: the rank behind is blamed, named with its group, op, seq and mesh dim.
+TEST_F(AnalyzerTest, StateMismatchBlamesTheRankThatNeverStartedIt) {
+  FrJob job = mesh_job();
+  train(job, 2);
+  for (int r = 4; r < 8; ++r)
+    job.call(r, "mesh0/tp", "broadcast", 64, r == 6 ? "scheduled" : "completed");
+  for (int r = 0; r < 4; ++r) job.call(r, "mesh0/tp", "broadcast", 64);
+  job.write(dir_);
+  const Report report = analyze();
+  ASSERT_EQ(report.findings.size(), 1u) << describe(report);
+  const Finding& f = report.findings[0];
+  EXPECT_EQ(f.kind, FindingKind::kStateMismatch);
+  EXPECT_EQ(f.culprit_ranks, std::vector<int>{6});
+  EXPECT_EQ(f.group, "mesh0/tp");
+  EXPECT_EQ(f.group_ranks, (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_EQ(f.mesh_dim, "tp");
+  EXPECT_EQ(f.op, "broadcast");
+  EXPECT_EQ(f.seq, 5);
+  EXPECT_NE(f.detail.find("broadcast #5 on dim tp (group mesh0/tp [4, 5, 6, 7]) is ranks [4, 5, 7] "
+                          "completed, rank 6 scheduled: rank 6 never started it"),
+            std::string::npos)
+      << f.detail;
+}
+
+// An all_reduce one rank completed while its peer, whose dump shows its ops starting, never
+// started it: no correct transport completes a symmetric collective without every member.
+TEST_F(AnalyzerTest, SymmetricCollectiveCompletedWhereAPeerNeverStartedItIsSaid) {
+  FrJob job = testing::dp_tp_job(2, 2);  // dp groups [0, 2] and [1, 3].
+  for (int s = 0; s < 3; ++s) job.collective("mesh0/dp", "all_reduce", 256);
+  for (int r = 0; r < 4; ++r)
+    job.call(r, "mesh0/dp", "all_reduce", 256, r == 3 ? "scheduled" : "completed");
+  job.write(dir_);
+  const Report report = analyze();
+  ASSERT_EQ(report.findings.size(), 1u) << describe(report);
+  const Finding& f = report.findings[0];
+  EXPECT_EQ(f.kind, FindingKind::kStateMismatch);
+  EXPECT_EQ(f.culprit_ranks, std::vector<int>{3});
+  EXPECT_EQ(f.group_ranks, (std::vector<int>{1, 3}));
+  EXPECT_EQ(f.mesh_dim, "dp");
+  EXPECT_EQ(f.seq, 4);
+  EXPECT_NE(f.detail.find("all_reduce #4 on dim dp (group mesh0/dp [1, 3]): rank 1 completed it "
+                          "but rank 3 never started it"),
+            std::string::npos)
+      << f.detail;
+  EXPECT_NE(f.detail.find("cannot happen with a correct transport"), std::string::npos) << f.detail;
+  EXPECT_NE(describe(report).find("state_mismatch"), std::string::npos);
+
+  // The same records from a rank that never records starts (NCCL untimed): "scheduled" only
+  // says it had not completed when it dumped, which a peer's completion makes harmless.
+  fs::remove_all(dir_);
+  fs::create_directory(dir_);
+  job.dump(3).records_starts = false;
+  job.write(dir_);
+  const Report untimed = analyze();
+  EXPECT_TRUE(untimed.findings.empty()) << describe(untimed);
+}
+
+// Two ranks in an all_gather, two not yet: no majority of states, but the ranks in it wait on
+// the two that never started it.
+TEST_F(AnalyzerTest, StateMismatchWithoutMajorityBlamesTheRanksBehind) {
+  FrJob job = world_job(4);
+  job.collective("world", "all_reduce", 16);
+  for (int r = 0; r < 4; ++r)
+    job.call(r, "world", "all_gather", 16, r < 2 ? "started" : "scheduled");
+  job.write(dir_);
+  const Report report = analyze();
+  ASSERT_EQ(report.findings.size(), 1u) << describe(report);
+  EXPECT_EQ(report.findings[0].kind, FindingKind::kStateMismatch);
+  EXPECT_EQ(report.findings[0].culprit_ranks, (std::vector<int>{2, 3}));
+}
+
 TEST_F(AnalyzerTest, AllToAllNumelMismatch) {
   FrJob job = world_job(4);
   for (int r = 0; r < 4; ++r) {

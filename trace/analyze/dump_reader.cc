@@ -58,6 +58,7 @@ enum class EntryKey : uint8_t {
   kTimeCreatedNs,
   kP2pChannelSeq,
   kCollectiveSeqId,
+  kTimeDiscoveredStartedNs,
 };
 
 constexpr std::pair<std::string_view, EntryKey> kEntryKeys[] = {
@@ -79,12 +80,13 @@ constexpr std::pair<std::string_view, EntryKey> kEntryKeys[] = {
     {fr::kTimeCreatedNs, EntryKey::kTimeCreatedNs},
     {fr::kP2pChannelSeq, EntryKey::kP2pChannelSeq},
     {fr::kCollectiveSeqId, EntryKey::kCollectiveSeqId},
+    {fr::kTimeDiscoveredStartedNs, EntryKey::kTimeDiscoveredStartedNs},
 };
 
 // kEntryKeys' indices by key length (at most 3 keys share one; -1 ends a list), so that a key
 // costs one lookup and a compare or two: a chain of 20 compares per key would cost more than the
 // rest of the parse.
-constexpr size_t kMaxKeyLength = 24;
+constexpr size_t kMaxKeyLength = 26;
 using KeysOfLength = std::array<int8_t, 4>;
 constexpr std::array<KeysOfLength, kMaxKeyLength + 1> kKeysByLength = [] {
   std::array<KeysOfLength, kMaxKeyLength + 1> table{};
@@ -486,11 +488,15 @@ class DumpParser {
         case EntryKey::kCollectiveSeqId:
           e.collective_seq = cur_.read_int();
           continue;
+        case EntryKey::kTimeDiscoveredStartedNs:
+          if (read_int_or_zero() > 0) dump_.records_starts = true;
+          continue;
         case EntryKey::kOther:
           break;
       }
       cur_.skip_value();
     }
+    if (e.state == EntryState::kStarted) dump_.records_starts = true;
     const bool p2p_type = channel_op(e.type);
     if (!has_is_p2p) e.is_p2p = p2p_type;
     if (p2p_type && peer >= 0) {

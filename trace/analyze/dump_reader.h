@@ -73,6 +73,10 @@ struct RankDump {
   std::optional<int64_t> meshrt_dump_version;  // Absent in PyTorch dumps.
   std::optional<int64_t> world_size;
   int64_t records_dropped = -1;  // -1: the dump does not say (PyTorch).
+  // Some entry was seen to start (state "started" or a start time): this rank's ops go
+  // scheduled -> started -> completed, so "scheduled" means never started. Without start events
+  // (NCCL untimed) an op goes from "scheduled" straight to "completed", running or not.
+  bool records_starts = false;
   std::vector<DumpGroup> groups;
   std::vector<std::string> symbols;  // symbols[0] is "".
   std::vector<int64_t> pool;

@@ -485,10 +485,7 @@ class Matcher {
       }
     }
 
-    // States: a symmetric op completed anywhere is complete everywhere, whatever the others'
-    // dumps caught.
-    if ((flags & kSymmetric) != 0 && any_completed) return;
-    check_states(key, type, issued);
+    check_states(key, type, issued, (flags & kSymmetric) != 0);
   }
 
   // Majority signature: classes of ranks with equal ops, largest first (usually all agree).
@@ -644,28 +641,72 @@ class Matcher {
     return right;
   }
 
-  void check_states(const OpKey& key, std::string_view type, const std::vector<Issued>& issued) {
+  // "on dim dp (group mesh0/dp [2, 6])" or "in group world [0-7]".
+  std::string where(uint32_t group) const {
+    const Group& g = m_.groups[group];
+    if (g.mesh_dim)
+      return fmt::format("on dim {} (group {} {})", *g.mesh_dim, g.name, format_ranks(g.ranks));
+    return fmt::format("in group {} {}", g.name, format_ranks(g.ranks));
+  }
+
+  // Members whose records of one op are in different states. PyTorch's analyzer reports any
+  // difference (COLLECTIVE_STATE_MISMATCH) and blames whoever differs from the first rank; dumps
+  // are taken at different moments, so here only the ranks furthest behind are blamed: the
+  // others are in the op (or done) and wait on them.
+  void check_states(const OpKey& key, std::string_view type, const std::vector<Issued>& issued,
+                    bool symmetric) {
     std::map<EntryState, std::vector<int>> by_state;
-    for (const Issued& x : issued) by_state[x.last().state].push_back(x.rank);
+    // Scheduled on a rank whose dump shows ops starting: that rank never started it.
+    std::vector<int> never_started;
+    for (const Issued& x : issued) {
+      const EntryState state = x.last().state;
+      by_state[state].push_back(x.rank);
+      if (state == EntryState::kScheduled && x.dump->records_starts) {
+        never_started.push_back(x.rank);
+      }
+    }
     if (by_state.size() < 2) return;
-    std::vector<std::pair<EntryState, std::vector<int>>> states(by_state.begin(), by_state.end());
-    std::stable_sort(states.begin(), states.end(), [](const auto& a, const auto& b) {
-      return a.second.size() > b.second.size();
-    });
-    Draft& d =
-        add_draft(FindingKind::kStateMismatch, key, type, fmt::format("{} #{}", type, key.seq));
-    const bool strict = states[0].second.size() > states[1].second.size();
+    const auto completed = by_state.find(EntryState::kCompleted);
+    const std::string what = fmt::format("{} #{}", type, key.seq);
+    if (symmetric && completed != by_state.end()) {
+      // Completing a symmetric op takes every member, so the others were in it when they
+      // dumped (or their records say nothing of starts). A member that never started it is
+      // what a correct transport cannot produce.
+      if (never_started.empty()) return;
+      Draft& d = add_draft(FindingKind::kStateMismatch, key, type, what);
+      d.finding.culprit_ranks = never_started;
+      d.follow = never_started;
+      d.finding.detail = fmt::format(
+          "{} {}: {} completed it but {} never started it (its record is still scheduled, and "
+          "its dump shows ops starting): a symmetric collective completes only when every "
+          "member takes part, so this cannot happen with a correct transport; {} is where it "
+          "stopped, and the transport or the recorder completed the op without {}",
+          what, where(key.group), ranks_phrase(completed->second), ranks_phrase(never_started),
+          ranks_phrase(never_started), never_started.size() == 1 ? "it" : "them");
+      return;
+    }
+    const auto& [lowest, behind] = *by_state.begin();  // EntryState orders by progress.
+    Draft& d = add_draft(FindingKind::kStateMismatch, key, type, what);
+    d.finding.culprit_ranks = behind;
+    d.follow = behind;
     std::vector<std::string> parts;
-    for (size_t i = strict ? 1 : 0; i < states.size(); ++i) {
-      d.finding.culprit_ranks.insert(d.finding.culprit_ranks.end(), states[i].second.begin(),
-                                     states[i].second.end());
+    for (auto it = by_state.rbegin(); it != by_state.rend(); ++it) {
+      parts.push_back(fmt::format("{} {}", ranks_phrase(it->second), entry_state_name(it->first)));
     }
-    std::sort(d.finding.culprit_ranks.begin(), d.finding.culprit_ranks.end());
-    for (const auto& [state, ranks] : states) {
-      parts.push_back(fmt::format("{} {}", ranks_phrase(ranks), entry_state_name(state)));
+    std::string why;
+    if (lowest == EntryState::kScheduled && never_started == behind) {
+      why = fmt::format("{} never started it: {} stream never got to it", ranks_phrase(behind),
+                        behind.size() == 1 ? "its" : "their");
+    } else if (lowest == EntryState::kScheduled) {
+      why = fmt::format("{} {} not started it (or {} dump records no starts: it may be running)",
+                        ranks_phrase(behind), behind.size() == 1 ? "has" : "have",
+                        behind.size() == 1 ? "its" : "their");
+    } else {
+      why =
+          fmt::format("{} {} still in it", ranks_phrase(behind), behind.size() == 1 ? "is" : "are");
     }
-    d.finding.detail = fmt::format("{} is {}", d.what, fmt::join(parts, ", "));
-    d.follow = d.finding.culprit_ranks;
+    d.finding.detail =
+        fmt::format("{} {} is {}: {}", what, where(key.group), fmt::join(parts, ", "), why);
   }
 
   // ---- p2p ----------------------------------------------------------------------------------
