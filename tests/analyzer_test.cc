@@ -829,6 +829,108 @@ TEST_F(AnalyzerTest, UnevenAllToAllThatAddsUpIsFine) {
 
 // Rank 2 skipped one all_reduce: its later ops carry lower sequence numbers, so every later
 // op of the group disagrees. Only the first mismatch is a root.
+// A GPT-2 step on `ranks` of world: the gradient all_reduce (136,960 floats), then the loss's
+// (1 float), each from its own line.
+void gpt2_step(FrJob& job, const std::vector<int>& ranks, bool grad = true,
+               const std::string& state = "completed") {
+  for (const int r : ranks) {
+    if (grad) job.call(r, "world", "all_reduce", 136960, state).caller = "train_gpt2.py:88";
+    job.call(r, "world", "all_reduce", 1, state).caller = "train_gpt2.py:95";
+  }
+}
+
+// Two ranks, no majority: rank 1 skipped the gradient all_reduce at step 20 and called the
+// loss's against rank 0's gradient one. Each rank's own alternation says which one broke it.
+TEST_F(AnalyzerTest, ATwoRankTieIsBrokenByEachRanksOwnPattern) {
+  FrJob job = world_job(2);
+  for (int step = 0; step < 20; ++step) gpt2_step(job, {0, 1});
+  job.call(0, "world", "all_reduce", 136960, "started").caller = "train_gpt2.py:88";
+  job.call(1, "world", "all_reduce", 1, "started").caller = "train_gpt2.py:95";
+  job.write(dir_);
+  const Report report = analyze();
+  ASSERT_FALSE(report.findings.empty());
+  const Finding& f = report.findings[0];
+  EXPECT_EQ(f.kind, FindingKind::kSizeMismatch) << describe(report);
+  EXPECT_EQ(f.seq, 41);
+  EXPECT_EQ(f.culprit_ranks, std::vector<int>{1}) << describe(report);
+  EXPECT_EQ(root_blame(report), std::vector<int>{1}) << describe(report);
+  EXPECT_NE(f.detail.find("rank 1 departed from its own pattern: its ops on world repeat every 2 "
+                          "(all_reduce 136960 x Float, all_reduce 1 x Float), and at #41 it "
+                          "called all_reduce 1 x Float where its history predicts all_reduce "
+                          "136960 x Float; rank 0 kept its own"),
+            std::string::npos)
+      << f.detail;
+  EXPECT_EQ(f.detail.find("no majority:"), std::string::npos) << f.detail;
+
+  // The same from the command line: the verdict names rank 1 alone.
+  const CliResult r = cli(fmt::format("analyze --json {}", dir_.string()));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["findings"][0]["culprit_ranks"], nlohmann::json::array({1})) << r.out;
+}
+
+// Too little history, or none that repeats: the tie stays a tie.
+TEST_F(AnalyzerTest, ATieWithoutAClearHistoryStaysNoMajority) {
+  auto expect_no_majority = [&](FrJob& job, int64_t seq) {
+    fs::remove_all(dir_);
+    fs::create_directory(dir_);
+    job.write(dir_);
+    const Report report = analyze();
+    ASSERT_FALSE(report.findings.empty());
+    const Finding& f = report.findings[0];
+    EXPECT_EQ(f.seq, seq) << describe(report);
+    EXPECT_EQ(f.culprit_ranks, (std::vector<int>{0, 1})) << describe(report);
+    EXPECT_NE(f.detail.find("no majority:"), std::string::npos) << f.detail;
+    EXPECT_EQ(f.detail.find("departed"), std::string::npos) << f.detail;
+  };
+  {
+    // Two steps: a period of 2 seen twice is not enough.
+    FrJob job = world_job(2);
+    for (int step = 0; step < 2; ++step) gpt2_step(job, {0, 1});
+    job.call(0, "world", "all_reduce", 136960, "started").caller = "train_gpt2.py:88";
+    job.call(1, "world", "all_reduce", 1, "started").caller = "train_gpt2.py:95";
+    expect_no_majority(job, 5);
+  }
+  {
+    // A long history of ops that never repeat (every size differs).
+    FrJob job = world_job(2);
+    for (int i = 0; i < 30; ++i) {
+      for (int r = 0; r < 2; ++r) job.call(r, "world", "all_reduce", 100 + i).caller = "a.py:1";
+    }
+    job.call(0, "world", "all_reduce", 500, "started").caller = "a.py:1";
+    job.call(1, "world", "all_reduce", 7, "started").caller = "a.py:1";
+    expect_no_majority(job, 31);
+  }
+  {
+    // Both ranks depart from their patterns: nothing to choose between them.
+    FrJob job = world_job(2);
+    for (int step = 0; step < 10; ++step) gpt2_step(job, {0, 1});
+    job.call(0, "world", "all_reduce", 4096, "started").caller = "train_gpt2.py:88";
+    job.call(1, "world", "all_reduce", 8192, "started").caller = "train_gpt2.py:88";
+    expect_no_majority(job, 21);
+  }
+}
+
+// A 2-vs-2 tie in a 4-rank group: ranks 2 and 3 skipped the gradient all_reduce at step 12.
+TEST_F(AnalyzerTest, ATwoAgainstTwoTieIsBrokenByTheSidesOwnPatterns) {
+  FrJob job = world_job(4);
+  for (int step = 0; step < 12; ++step) gpt2_step(job, {0, 1, 2, 3});
+  gpt2_step(job, {0, 1}, /*grad=*/true, "started");
+  gpt2_step(job, {2, 3}, /*grad=*/false, "started");
+  job.write(dir_);
+  const Report report = analyze();
+  ASSERT_FALSE(report.findings.empty());
+  const Finding& f = report.findings[0];
+  EXPECT_EQ(f.seq, 25) << describe(report);
+  EXPECT_EQ(f.culprit_ranks, (std::vector<int>{2, 3})) << describe(report);
+  EXPECT_EQ(root_blame(report), (std::vector<int>{2, 3})) << describe(report);
+  EXPECT_NE(f.detail.find("ranks [2, 3] departed from their own pattern: their ops on world repeat "
+                          "every 2"),
+            std::string::npos)
+      << f.detail;
+  EXPECT_NE(f.detail.find("ranks [0, 1] kept their own"), std::string::npos) << f.detail;
+}
+
 TEST_F(AnalyzerTest, SkippedCollectiveShiftsSequenceNumbers) {
   FrJob job = world_job(4);
   for (int step = 0; step < 4; ++step) {

@@ -488,6 +488,138 @@ class Matcher {
     check_states(key, type, issued, (flags & kSymmetric) != 0);
   }
 
+  // ---- a tie broken by each side's own history -----------------------------------------------
+
+  // A loop's ops repeat: a side of a tie whose op is what its own recent ops predict kept its
+  // pattern; the side that broke its own repetition (skipped or added a call) is the culprit.
+  // Periods up to kMaxPeriod, seen at least kMinRepeats times and over kMinOps ops, in the last
+  // kMaxHistory ops with consecutive sequence numbers (lost records end the history).
+  static constexpr size_t kMaxPeriod = 16;
+  static constexpr size_t kMinRepeats = 3;
+  static constexpr size_t kMinOps = 6;
+  static constexpr size_t kMaxHistory = 256;
+
+  // What a pattern compares: each entry's op, call site, scope, shapes and dtypes.
+  std::vector<int64_t> signature(const Issued& x, const CollOp& op) const {
+    std::vector<int64_t> sig;
+    for (uint32_t i = 0; i < op.count; ++i) {
+      const DumpEntry& e = x.dump->entries[x.rg->entries[op.first + i]];
+      sig.insert(sig.end(), {e.type, e.caller, e.scope});
+      for (const PoolSpan span : {e.input_sizes, e.output_sizes, e.input_dtypes, e.output_dtypes}) {
+        const std::span<const int64_t> v = x.dump->span(span);
+        sig.push_back(static_cast<int64_t>(v.size()));
+        sig.insert(sig.end(), v.begin(), v.end());
+      }
+    }
+    return sig;
+  }
+
+  // "all_reduce 136960 x Float", "coalesced 3 ops"; with `caller`, " at train.py:88" too.
+  std::string short_phrase(const Issued& x, const CollOp& op, bool caller) const {
+    if (op.count > 1) return fmt::format("coalesced {} ops", op.count - 1);
+    const DumpEntry& e = x.dump->entries[x.rg->entries[op.first]];
+    const bool in = e.input_sizes.size > 0;
+    const std::span<const int64_t> sizes = x.dump->span(in ? e.input_sizes : e.output_sizes);
+    const std::span<const int64_t> dtypes = x.dump->span(in ? e.input_dtypes : e.output_dtypes);
+    std::string out(m_.type_name(e));
+    if (!sizes.empty()) out += fmt::format(" {}", first_numel(sizes));
+    if (!dtypes.empty()) out += fmt::format(" x {}", m_.symbols[dtypes[0]]);
+    if (caller && e.caller != 0) out += fmt::format(" at {}", m_.symbols[e.caller]);
+    return out;
+  }
+
+  enum class Pattern { kUnclear, kKept, kDeparted };
+
+  // One rank's verdict on its op `x` against the repetition of its ops before it in the group.
+  struct OwnPattern {
+    Pattern verdict = Pattern::kUnclear;
+    size_t period = 0;
+    std::vector<const CollOp*> cycle;  // The last period's ops, oldest first.
+    const CollOp* predicted = nullptr;
+  };
+
+  OwnPattern own_pattern(const Issued& x) const {
+    OwnPattern out;
+    const auto at = static_cast<size_t>(x.op - x.rg->ops.data());
+    size_t start = at;
+    while (start > 0 && at - start < kMaxHistory &&
+           x.rg->ops[start - 1].seq == x.rg->ops[start].seq - 1) {
+      --start;
+    }
+    const size_t n = at - start;
+    std::vector<std::vector<int64_t>> h;
+    h.reserve(n);
+    for (size_t i = start; i < at; ++i) h.push_back(signature(x, x.rg->ops[i]));
+    for (size_t p = 1; p <= kMaxPeriod && p * kMinRepeats <= n; ++p) {
+      // The periodic run that ends the history: h[j] == h[j - p] from its start to the end.
+      size_t j = n - 1;
+      while (j >= p && h[j] == h[j - p]) --j;
+      const size_t run = j < p ? n : n - 1 - j + p;
+      if (run < std::max(kMinRepeats * p, kMinOps)) continue;
+      out.period = p;
+      for (size_t i = at - p; i < at; ++i) out.cycle.push_back(&x.rg->ops[i]);
+      out.predicted = &x.rg->ops[at - p];
+      out.verdict = signature(x, *x.op) == h[n - p] ? Pattern::kKept : Pattern::kDeparted;
+      return out;
+    }
+    return out;
+  }
+
+  // A tie broken: the class that departed from its own pattern, and why.
+  struct Tie {
+    size_t departed = 0;
+    std::string why;
+  };
+
+  // Exactly one class departed from its ranks' own patterns while every other class kept its
+  // own; nullopt when the histories do not say so clearly.
+  std::optional<Tie> break_tie_by_history(const OpKey& key, const std::vector<Issued>& issued,
+                                          const std::vector<std::vector<size_t>>& classes) const {
+    std::optional<size_t> departed;
+    std::vector<OwnPattern> first(classes.size());
+    for (size_t c = 0; c < classes.size(); ++c) {
+      Pattern side = Pattern::kUnclear;
+      for (size_t k = 0; k < classes[c].size(); ++k) {
+        OwnPattern own = own_pattern(issued[classes[c][k]]);
+        if (own.verdict == Pattern::kUnclear || (k > 0 && own.verdict != side)) return std::nullopt;
+        side = own.verdict;
+        if (k == 0) first[c] = std::move(own);
+      }
+      if (side == Pattern::kDeparted) {
+        if (departed) return std::nullopt;
+        departed = c;
+      }
+    }
+    if (!departed) return std::nullopt;
+    const size_t c = *departed;
+    const Issued& x = issued[classes[c].front()];
+    const OwnPattern& own = first[c];
+    // Name call sites only where the ops would otherwise read alike.
+    const bool callers = short_phrase(x, *x.op, false) == short_phrase(x, *own.predicted, false);
+    std::vector<std::string> cycle;
+    for (size_t i = 0; i < own.cycle.size() && i < 6; ++i) {
+      cycle.push_back(short_phrase(x, *own.cycle[i], callers));
+    }
+    if (own.cycle.size() > 6) cycle.push_back("...");
+    std::vector<int> keepers;
+    for (size_t k = 0; k < classes.size(); ++k) {
+      if (k == c) continue;
+      for (const size_t i : classes[k]) keepers.push_back(issued[i].rank);
+    }
+    std::sort(keepers.begin(), keepers.end());
+    std::vector<int> culprits;
+    for (const size_t i : classes[c]) culprits.push_back(issued[i].rank);
+    const bool one = culprits.size() == 1;
+    return Tie{
+        c, fmt::format("{} departed from {} own pattern: {} ops on {} repeat every {} ({}), "
+                       "and at #{} {} called {} where {} history predicts {}; {} kept {} own",
+                       ranks_phrase(culprits), one ? "its" : "their", one ? "its" : "their",
+                       m_.groups[key.group].name, own.period, fmt::join(cycle, ", "), key.seq,
+                       one ? "it" : "they", short_phrase(x, *x.op, callers), one ? "its" : "their",
+                       short_phrase(x, *own.predicted, callers), ranks_phrase(keepers),
+                       keepers.size() == 1 ? "its" : "their")};
+  }
+
   // Majority signature: classes of ranks with equal ops, largest first (usually all agree).
   // Adds a mismatch finding per odd class, or one for all when no class is a majority; returns
   // whether the ranks disagreed.
@@ -528,6 +660,27 @@ class Matcher {
         std::swap(ranks[0], ranks[*right]);
       } else {
         siblings = 0;
+      }
+    }
+    if (siblings == 0 && classes[0].size() <= classes[1].size()) {
+      if (const std::optional<Tie> tie = break_tie_by_history(key, issued, classes)) {
+        const size_t c = tie->departed;
+        const size_t kept = c == 0 ? 1 : 0;
+        const Difference dk = diff(c, kept);
+        Draft& d = add_draft(dk.kind, key, type, what);
+        d.finding.culprit_ranks = ranks[c];
+        std::vector<int> keepers;
+        d.classes = {ranks[c]};
+        for (size_t k = 0; k < ranks.size(); ++k) {
+          if (k == c) continue;
+          keepers.insert(keepers.end(), ranks[k].begin(), ranks[k].end());
+          d.classes.push_back(ranks[k]);
+        }
+        std::sort(keepers.begin(), keepers.end());
+        d.finding.detail =
+            fmt::format("{}: {} {} while {} {} (no majority; {})", what, ranks_phrase(ranks[c]),
+                        dk.culprit, ranks_phrase(keepers), dk.majority, tie->why);
+        return true;
       }
     }
     if (siblings > 0 || classes[0].size() > classes[1].size()) {
