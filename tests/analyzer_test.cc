@@ -298,7 +298,8 @@ TEST_F(AnalyzerTest, VictimsOfAKilledRankAreNotRootCauses) {
   job.call(3, "mesh0/tp", "all_reduce", 256, "started");
   for (const int r : {0, 1}) job.call(r, "mesh0/dp", "all_reduce", 1024, "started");
   job.write(dir_, "fr_", {0, 1, 3});
-  const Report report = analyze({.prefix = "", .allow_incomplete_ranks = true, .threads = 0});
+  const Report report =
+      analyze({.prefix = "", .allow_incomplete_ranks = true, .threads = 0, .limits = {}});
   EXPECT_EQ(root_blame(report), std::vector<int>{2}) << describe(report);
   // Rank 3's wait is followed to rank 2 and named.
   const auto victim =
@@ -320,7 +321,8 @@ TEST_F(AnalyzerTest, ADumplessRankDoesNotHideAClearVerdict) {
   job.collective("world", "all_reduce", 8);
   for (const int r : {0, 2, 3}) job.call(r, "world", "all_reduce", 8, "started");
   job.write(dir_, "fr_", {0, 1, 2});
-  const Report report = analyze({.prefix = "", .allow_incomplete_ranks = true, .threads = 0});
+  const Report report =
+      analyze({.prefix = "", .allow_incomplete_ranks = true, .threads = 0, .limits = {}});
   EXPECT_EQ(root_blame(report), std::vector<int>{1}) << describe(report);
   ASSERT_EQ(report.findings.size(), 2u) << describe(report);
   EXPECT_EQ(report.findings[1].kind, FindingKind::kMissingDump);
@@ -441,7 +443,8 @@ TEST_F(AnalyzerTest, AKilledRankIsNamedWithTheOpItDiedIn) {
   }
   job.call(2, "mesh0/dp", "all_reduce", 1024, "started");
   job.write(dir_, "fr_", {1, 2, 3});
-  const Report report = analyze({.prefix = "", .allow_incomplete_ranks = true, .threads = 0});
+  const Report report =
+      analyze({.prefix = "", .allow_incomplete_ranks = true, .threads = 0, .limits = {}});
   const auto missing =
       std::find_if(report.findings.begin(), report.findings.end(),
                    [](const Finding& f) { return f.kind == FindingKind::kMissingDump; });
@@ -1460,7 +1463,7 @@ class AnalyzerHostileTest : public AnalyzerTest {
   // meshtrace analyze on the directory, its memory capped at 1 GiB (the address space; under a
   // sanitizer, its allocator's limits) so that an allocation sized by a crafted number fails the
   // test instead of swapping the machine.
-  HostileRun analyze() const {
+  HostileRun analyze(const std::string& options = "") const {
     const fs::path err = dir_.string() + ".stderr";
 #if defined(__SANITIZE_ADDRESS__)
     // ASan reserves terabytes of shadow address space, so no `ulimit -v` lets it start: its own
@@ -1475,8 +1478,8 @@ class AnalyzerHostileTest : public AnalyzerTest {
 #else
     const char* cap = "ulimit -v 1048576;";
 #endif
-    const std::string cmd = fmt::format("{} exec {} analyze {} 2>'{}'", cap, MESHRT_MESHTRACE,
-                                        dir_.string(), err.string());
+    const std::string cmd = fmt::format("{} exec {} analyze {} {} 2>'{}'", cap, MESHRT_MESHTRACE,
+                                        options, dir_.string(), err.string());
     const auto start = std::chrono::steady_clock::now();
     const auto results = testing::run_ranks({"/bin/sh", "-c", cmd}, 1, std::chrono::seconds(60));
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
@@ -1551,6 +1554,71 @@ TEST_F(AnalyzerHostileTest, NonDumpsFailFromTheirFirstBytes) {
   EXPECT_NE(r.err.find("fr_1"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("starts with 'GARBAGE!"), std::string::npos) << r.err;
   EXPECT_LT(r.seconds, 10.0);
+}
+
+// Reading a dump takes a multiple of its size (docs/reliability.md), so files over a limit are
+// refused before they are read: one file over --max-input-mib (256 MiB by default), or all of
+// them over --max-total-input-mib; the message names the file, its size, the limit and the
+// option that raises it.
+TEST_F(AnalyzerHostileTest, FilesOverTheSizeLimitsAreRefusedNamingTheOptionThatRaisesThem) {
+  // A real dump padded to 2 MiB and one byte (JSON allows the trailing spaces).
+  const std::string original = read_text(dir_ / "fr_1");
+  write_text(dir_ / "fr_1", original + std::string((size_t{2} << 20) + 1 - original.size(), ' '));
+  HostileRun r = analyze("--max-input-mib 2");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("fr_1': 2.0 MiB (2097153 bytes) is over the limit of 2.0 MiB (2097152 "
+                       "bytes) for one dump file"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("raise the limit with --max-input-mib"), std::string::npos) << r.err;
+  r = analyze("--max-input-mib 3");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = analyze("--max-total-input-mib 2");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("the 3 dump files hold 2.0 MiB"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("over the limit of 2.0 MiB (2097152 bytes) for all of them; if they are "
+                       "real dumps, raise the limit with --max-total-input-mib"),
+            std::string::npos)
+      << r.err;
+  r = analyze("--max-input-mib 0");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+
+  // The default: a dump that starts right but is 300 MiB (sparse: no disk) is refused at once,
+  // under the 1 GiB address-space cap that reading it whole would not fit.
+  {
+    std::ofstream out(dir_ / "fr_1", std::ios::binary | std::ios::trunc);
+    out << original.substr(0, 200);
+  }
+  fs::resize_file(dir_ / "fr_1", uintmax_t{300} << 20);
+  r = analyze();
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("fr_1': 300.0 MiB (314572800 bytes) is over the limit of 256.0 MiB"),
+            std::string::npos)
+      << r.err;
+  EXPECT_LT(r.seconds, 10.0);
+}
+
+// Cheap refusals that keep a file of tiny items from costing a hundred times its size: entries
+// without a group or op name, too many groups, too many distinct strings.
+TEST_F(AnalyzerHostileTest, BulkTinyItemsAreRefusedBeforeTheyCostMuch) {
+  const std::string head = R"({"version":"2.10","pg_config":{"g":{"ranks":"[1]"}},"entries":[)";
+  auto refused = [&](const std::string& text, const std::string& says) {
+    write_text(dir_ / "fr_1", text);
+    const HostileRun r = analyze();
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find("fr_1"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(says), std::string::npos) << r.err;
+  };
+  std::string empties = head;
+  for (int i = 0; i < 100000; ++i) empties += "{},";
+  refused(empties + "{}]}", "entry 0 has no 'process_group'");
+  refused(head + R"({"process_group":["g"]}]})", "entry 0 has no 'profiling_name'");
+  std::string groups = R"({"version":"2.10","pg_config":{)";
+  for (int i = 0; i <= 1 << 16; ++i) groups += fmt::format("\"{:x}\":{{}},", i);
+  refused(groups + "\"z\":{}}}", "the dump names more than 65536 groups");
+  std::string strings = head + R"({"process_group":["g"],"profiling_name":"a","input_dtypes":[)";
+  for (int i = 0; i <= 1 << 20; ++i) strings += fmt::format("\"{:x}\",", i);
+  refused(strings + "\"z\"]}]}", "more than 1048576 distinct strings");
 }
 
 TEST(PickleReader, RejectsMalformedInput) {

@@ -213,6 +213,12 @@ class DumpParser {
     if (it != symbol_ids_.end()) {
       id = it->second;
     } else {
+      if (dump_.symbols.size() > kMaxStringsPerDump) {
+        throw InputError(fmt::format(
+            "the dump holds more than {} distinct strings (op names, dtypes, callers, scopes, "
+            "group names)",
+            kMaxStringsPerDump));
+      }
       id = static_cast<uint32_t>(dump_.symbols.size());
       dump_.symbols.emplace_back(s);
       symbol_ids_.emplace(std::string(s), id);
@@ -313,11 +319,16 @@ class DumpParser {
           cur_.skip_value();
         }
       }
+      if (dump_.groups.size() == kMaxGroupsPerDump) throw too_many_groups();
       const uint32_t name = intern(group.name);
       if (listed_.size() <= name) listed_.resize(name + 1, false);
       listed_[name] = true;
       dump_.groups.push_back(std::move(group));
     }
+  }
+
+  static InputError too_many_groups() {
+    return InputError(fmt::format("the dump names more than {} groups", kMaxGroupsPerDump));
   }
 
   // The group name (a symbol) is in pg_config as parsed so far.
@@ -417,6 +428,8 @@ class DumpParser {
     std::string_view key;
     int64_t peer = -1;
     bool has_is_p2p = false;
+    bool has_group = false;
+    bool has_name = false;
     cur_.begin_object();
     while (cur_.next_key(key)) {
       switch (entry_key(key)) {
@@ -474,10 +487,12 @@ class DumpParser {
           cur_.begin_array();
           if (!cur_.next_element()) throw InputError(fmt::format("empty {}", fr::kProcessGroup));
           u.group_name = intern(cur_.read_string());
+          has_group = true;
           while (cur_.next_element()) cur_.skip_value();
           continue;
         case EntryKey::kProfilingName:
           parse_profiling_name(cur_.read_string(), e, u);
+          has_name = true;
           continue;
         case EntryKey::kTimeCreatedNs:
           e.time_created_ns = read_int_or_zero();
@@ -497,6 +512,16 @@ class DumpParser {
       cur_.skip_value();
     }
     if (e.state == EntryState::kStarted) dump_.records_starts = true;
+    // Without them an entry can be matched to nothing; refusing at once also keeps a file of
+    // empty objects (3 bytes each) from costing an entry's hundred-odd bytes apiece.
+    if (u.group_name == 0 && !has_group) {
+      throw InputError(
+          fmt::format("entry {} has no '{}'", dump_.entries.size(), fr::kProcessGroup));
+    }
+    if (!has_name) {
+      throw InputError(
+          fmt::format("entry {} has no '{}'", dump_.entries.size(), fr::kProfilingName));
+    }
     const bool p2p_type = channel_op(e.type);
     if (!has_is_p2p) e.is_p2p = p2p_type;
     if (p2p_type && peer >= 0) {
@@ -533,6 +558,7 @@ class DumpParser {
           throw InputError(
               fmt::format("entry {} names group '{}' that pg_config does not list", i, name));
         }
+        if (dump_.groups.size() == kMaxGroupsPerDump) throw too_many_groups();
         DumpGroup group;
         group.name = name;
         for (const int64_t r : dump_.span(u.group_ranks))
@@ -600,12 +626,17 @@ class DumpParser {
   std::array<CacheSlot, 64> cache_;
 };
 
+std::string mib(uint64_t bytes) {
+  return fmt::format("{:.1f} MiB ({} bytes)", static_cast<double>(bytes) / (1 << 20), bytes);
+}
+
 constexpr size_t kSniffBytes = 64;
 
 // Reads a whole dump into `out` (reusing its capacity), sized by fstat and read until EOF, after
-// checking its first bytes: a file that cannot be a dump fails before the rest is read. Returns
-// "" or what is wrong.
-std::string read_dump_file(const std::filesystem::path& path, std::string& out) {
+// checking its first bytes: a file that cannot be a dump fails before the rest is read, and one
+// over `limit` bytes (when it was stat'ed or as it is read) before it is read whole. Returns ""
+// or what is wrong.
+std::string read_dump_file(const std::filesystem::path& path, std::string& out, uint64_t limit) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return fmt::format("cannot open: {}", std::strerror(errno));
   struct stat st {};
@@ -621,6 +652,14 @@ std::string read_dump_file(const std::filesystem::path& path, std::string& out) 
         return error;
       }
       sniffed = true;
+      if (size > limit) {
+        ::close(fd);
+        return fmt::format(
+            "{} is over the limit of {} for one dump file (a real dump is a few MiB: 2000 "
+            "entries, the default MESHRT_TRACE_BUFFER_SIZE, of a 1024-rank job take 2.1 MiB); if "
+            "it is a real dump, raise the limit with --max-input-mib",
+            mib(size), mib(limit));
+      }
       out.resize(std::max(size + 1, out.size()));
     }
     if (got == out.size()) out.resize(out.size() * 2);
@@ -634,6 +673,32 @@ std::string read_dump_file(const std::filesystem::path& path, std::string& out) 
       return sniffed ? "" : sniff_dump_format(out, true);
     }
     got += static_cast<size_t>(n);
+    if (got > limit) {
+      // It grew after the sizes were checked (a file still being written, a FIFO-like file).
+      ::close(fd);
+      out.clear();
+      return fmt::format(
+          "more than {} bytes were read, over the limit for one dump file "
+          "(--max-input-mib)",
+          limit);
+    }
+  }
+}
+
+// The files' sum within `limits`, from their sizes before any is read (each file's own size is
+// checked once its first bytes show it can be a dump).
+void check_total_size(const std::vector<DumpFile>& files, const InputLimits& limits) {
+  uint64_t total = 0;
+  for (const DumpFile& f : files) {
+    std::error_code ec;
+    const uintmax_t size = std::filesystem::file_size(f.path, ec);
+    if (!ec) total += size;  // Else reading it says what is wrong.
+  }
+  if (total > limits.total_bytes) {
+    throw InputError(
+        fmt::format("the {} dump files hold {}, over the limit of {} for all of them; if they "
+                    "are real dumps, raise the limit with --max-total-input-mib",
+                    files.size(), mib(total), mib(limits.total_bytes)));
   }
 }
 
@@ -789,7 +854,9 @@ std::vector<DumpFile> find_dump_files(const std::filesystem::path& dir, const st
   return files;
 }
 
-std::vector<RankDump> read_dumps(const std::vector<DumpFile>& files, unsigned threads) {
+std::vector<RankDump> read_dumps(const std::vector<DumpFile>& files, unsigned threads,
+                                 const InputLimits& limits) {
+  check_total_size(files, limits);
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   threads = std::min<unsigned>(threads, static_cast<unsigned>(files.size()));
   std::vector<RankDump> dumps(files.size());
@@ -800,7 +867,8 @@ std::vector<RankDump> read_dumps(const std::vector<DumpFile>& files, unsigned th
     for (size_t i = next++; i < files.size(); i = next++) {
       const std::string path = files[i].path.string();
       try {
-        if (const std::string error = read_dump_file(files[i].path, bytes); !error.empty()) {
+        if (const std::string error = read_dump_file(files[i].path, bytes, limits.file_bytes);
+            !error.empty()) {
           errors[i] = fmt::format("'{}': {}", path, error);
           continue;
         }

@@ -212,12 +212,12 @@ class Reader {
       case Node::Kind::kList:
       case Node::Kind::kTuple: {
         auto out = nlohmann::json::array();
-        for (const uint32_t item : items_[n.value]) out.push_back(to_json(item, depth + 1));
+        for (const uint32_t item : items_of(n)) out.push_back(to_json(item, depth + 1));
         return out;
       }
       case Node::Kind::kDict: {
         auto out = nlohmann::json::object();
-        const std::vector<uint32_t>& kv = items_[n.value];
+        const std::vector<uint32_t>& kv = items_of(n);
         for (size_t i = 0; i < kv.size(); i += 2) {
           out[std::string(text(nodes_[kv[i]]))] = to_json(kv[i + 1], depth + 1);
         }
@@ -253,7 +253,7 @@ class Reader {
       case Node::Kind::kList:
       case Node::Kind::kTuple: {
         out += '[';
-        const std::vector<uint32_t>& items = items_[n.value];
+        const std::vector<uint32_t>& items = items_of(n);
         for (size_t i = 0; i < items.size(); ++i) {
           if (i > 0) out += ',';
           to_text(items[i], depth + 1, out);
@@ -263,7 +263,7 @@ class Reader {
       }
       case Node::Kind::kDict: {
         out += '{';
-        const std::vector<uint32_t>& kv = items_[n.value];
+        const std::vector<uint32_t>& kv = items_of(n);
         for (size_t i = 0; i < kv.size(); i += 2) {
           if (i > 0) out += ',';
           append_json_string(text(nodes_[kv[i]]), out);
@@ -317,7 +317,13 @@ class Reader {
     push(Node{.kind = Node::Kind::kInt, .value = static_cast<uint64_t>(v)});
   }
   // A new container node owning `items`.
+  // An empty one gets its vector when its first item comes: a pickle of empty containers (one
+  // byte each) would otherwise cost 40 bytes per byte before any check could refuse it.
   void push_container(Node::Kind kind, std::vector<uint32_t> items = {}) {
+    if (items.empty()) {
+      push(Node{.kind = kind, .value = kNoItems});
+      return;
+    }
     items_.push_back(std::move(items));
     push(Node{.kind = kind, .value = items_.size() - 1});
   }
@@ -342,10 +348,18 @@ class Reader {
   }
   // The items of container `index`, which must be of `kind`.
   std::vector<uint32_t>& container(uint32_t index, Node::Kind kind) {
-    const Node& n = nodes_[index];
+    Node& n = nodes_[index];
     if (n.kind != kind)
       fail(kind == Node::Kind::kList ? "append to a non-list" : "set item on a non-dict");
+    if (n.value == kNoItems) {
+      n.value = items_.size();
+      items_.emplace_back();
+    }
     return items_[n.value];
+  }
+  const std::vector<uint32_t>& items_of(const Node& n) const {
+    static const std::vector<uint32_t> kEmpty;
+    return n.value == kNoItems ? kEmpty : items_[n.value];
   }
   void set_items(uint32_t dict, const std::vector<uint32_t>& kv) {
     if (kv.size() % 2 != 0) fail("odd number of dict items");
@@ -530,6 +544,7 @@ class Reader {
   }
 
   static constexpr uint32_t kNoValue = UINT32_MAX;
+  static constexpr uint64_t kNoItems = UINT64_MAX;  // A container with no items yet.
 
   std::span<const std::byte> data_;
   size_t pos_ = 0;
