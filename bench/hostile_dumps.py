@@ -69,6 +69,10 @@ def main():
         "pickle_nones": lambda p: fill(
             p, b"\x80\x02}(" + pickle_str("version") + pickle_str("2.10") +
             pickle_str("pg_config") + b"}" + pickle_str("junk") + b"](", b"N", b"", b"eu.", size),
+        "pickle_small_ints": lambda p: fill(
+            p, b"\x80\x02}(" + pickle_str("version") + pickle_str("2.10") +
+            pickle_str("pg_config") + b"}" + pickle_str("junk") + b"](", b"K\x07", b"", b"eu.",
+            size),
     }
     for name, write in cases.items():
         os.makedirs(os.path.join(out, name), exist_ok=True)
