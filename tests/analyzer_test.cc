@@ -1599,7 +1599,7 @@ TEST_F(AnalyzerHostileTest, FilesOverTheSizeLimitsAreRefusedNamingTheOptionThatR
 }
 
 // Cheap refusals that keep a file of tiny items from costing a hundred times its size: entries
-// without a group or op name, too many groups, too many distinct strings.
+// without an op name, too many groups, too many distinct strings.
 TEST_F(AnalyzerHostileTest, BulkTinyItemsAreRefusedBeforeTheyCostMuch) {
   const std::string head = R"({"version":"2.10","pg_config":{"g":{"ranks":"[1]"}},"entries":[)";
   auto refused = [&](const std::string& text, const std::string& says) {
@@ -1611,8 +1611,9 @@ TEST_F(AnalyzerHostileTest, BulkTinyItemsAreRefusedBeforeTheyCostMuch) {
   };
   std::string empties = head;
   for (int i = 0; i < 100000; ++i) empties += "{},";
-  refused(empties + "{}]}", "entry 0 has no 'process_group'");
-  refused(head + R"({"process_group":["g"]}]})", "entry 0 has no 'profiling_name'");
+  refused(empties + "{}]}", "entry 0 has no 'profiling_name'");
+  refused(head + R"({"process_group":["g"],"profiling_name":"a"},{"process_group":["g"]}]})",
+          "entry 1 has no 'profiling_name'");
   std::string groups = R"({"version":"2.10","pg_config":{)";
   for (int i = 0; i <= 1 << 16; ++i) groups += fmt::format("\"{:x}\":{{}},", i);
   refused(groups + "\"z\":{}}}", "the dump names more than 65536 groups");

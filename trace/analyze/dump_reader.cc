@@ -428,7 +428,6 @@ class DumpParser {
     std::string_view key;
     int64_t peer = -1;
     bool has_is_p2p = false;
-    bool has_group = false;
     bool has_name = false;
     cur_.begin_object();
     while (cur_.next_key(key)) {
@@ -487,7 +486,6 @@ class DumpParser {
           cur_.begin_array();
           if (!cur_.next_element()) throw InputError(fmt::format("empty {}", fr::kProcessGroup));
           u.group_name = intern(cur_.read_string());
-          has_group = true;
           while (cur_.next_element()) cur_.skip_value();
           continue;
         case EntryKey::kProfilingName:
@@ -512,12 +510,9 @@ class DumpParser {
       cur_.skip_value();
     }
     if (e.state == EntryState::kStarted) dump_.records_starts = true;
-    // Without them an entry can be matched to nothing; refusing at once also keeps a file of
-    // empty objects (3 bytes each) from costing an entry's hundred-odd bytes apiece.
-    if (u.group_name == 0 && !has_group) {
-      throw InputError(
-          fmt::format("entry {} has no '{}'", dump_.entries.size(), fr::kProcessGroup));
-    }
+    // Without it an entry can be matched to nothing; refusing at once also keeps a file of
+    // empty objects (3 bytes each) from costing an entry's hundred-odd bytes apiece. (An entry
+    // without process_group is an entry of group "", which resolve() judges.)
     if (!has_name) {
       throw InputError(
           fmt::format("entry {} has no '{}'", dump_.entries.size(), fr::kProfilingName));
