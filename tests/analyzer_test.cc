@@ -751,7 +751,12 @@ TEST_F(AnalyzerTest, StateMismatchBlamesTheRankThatNeverStartedIt) {
   EXPECT_EQ(f.mesh_dim, "tp");
   EXPECT_EQ(f.op, "broadcast");
   EXPECT_EQ(f.seq, 5);
-  EXPECT_NE(f.detail.find("broadcast #5 on dim tp (group mesh0/tp [4, 5, 6, 7]) is ranks [4, 5, 7] "
+  // The report's line names the dim and group; the detail the op, seq, states and ranks.
+  EXPECT_NE(describe(report).find("[state_mismatch] mesh dim tp, group mesh0/tp [4, 5, 6, 7]: "
+                                  "broadcast #5 is"),
+            std::string::npos)
+      << describe(report);
+  EXPECT_NE(f.detail.find("broadcast #5 is ranks [4, 5, 7] "
                           "completed, rank 6 scheduled: rank 6 never started it"),
             std::string::npos)
       << f.detail;
@@ -773,12 +778,15 @@ TEST_F(AnalyzerTest, SymmetricCollectiveCompletedWhereAPeerNeverStartedItIsSaid)
   EXPECT_EQ(f.group_ranks, (std::vector<int>{1, 3}));
   EXPECT_EQ(f.mesh_dim, "dp");
   EXPECT_EQ(f.seq, 4);
-  EXPECT_NE(f.detail.find("all_reduce #4 on dim dp (group mesh0/dp [1, 3]): rank 1 completed it "
+  EXPECT_NE(f.detail.find("all_reduce #4: rank 1 completed it "
                           "but rank 3 never started it"),
             std::string::npos)
       << f.detail;
   EXPECT_NE(f.detail.find("cannot happen with a correct transport"), std::string::npos) << f.detail;
-  EXPECT_NE(describe(report).find("state_mismatch"), std::string::npos);
+  EXPECT_NE(describe(report).find("[state_mismatch] mesh dim dp, group mesh0/dp [1, 3]: "
+                                  "all_reduce #4: rank 1 completed it"),
+            std::string::npos)
+      << describe(report);
 
   // The same records from a rank that never records starts (NCCL untimed): "scheduled" only
   // says it had not completed when it dumped, which a peer's completion makes harmless.

@@ -794,14 +794,6 @@ class Matcher {
     return right;
   }
 
-  // "on dim dp (group mesh0/dp [2, 6])" or "in group world [0-7]".
-  std::string where(uint32_t group) const {
-    const Group& g = m_.groups[group];
-    if (g.mesh_dim)
-      return fmt::format("on dim {} (group {} {})", *g.mesh_dim, g.name, format_ranks(g.ranks));
-    return fmt::format("in group {} {}", g.name, format_ranks(g.ranks));
-  }
-
   // Members whose records of one op are in different states. PyTorch's analyzer reports any
   // difference (COLLECTIVE_STATE_MISMATCH) and blames whoever differs from the first rank; dumps
   // are taken at different moments, so here only the ranks furthest behind are blamed: the
@@ -830,11 +822,11 @@ class Matcher {
       d.finding.culprit_ranks = never_started;
       d.follow = never_started;
       d.finding.detail = fmt::format(
-          "{} {}: {} completed it but {} never started it (its record is still scheduled, and "
+          "{}: {} completed it but {} never started it (its record is still scheduled, and "
           "its dump shows ops starting): a symmetric collective completes only when every "
           "member takes part, so this cannot happen with a correct transport; {} is where it "
           "stopped, and the transport or the recorder completed the op without {}",
-          what, where(key.group), ranks_phrase(completed->second), ranks_phrase(never_started),
+          what, ranks_phrase(completed->second), ranks_phrase(never_started),
           ranks_phrase(never_started), never_started.size() == 1 ? "it" : "them");
       return;
     }
@@ -858,8 +850,7 @@ class Matcher {
       why =
           fmt::format("{} {} still in it", ranks_phrase(behind), behind.size() == 1 ? "is" : "are");
     }
-    d.finding.detail =
-        fmt::format("{} {} is {}: {}", what, where(key.group), fmt::join(parts, ", "), why);
+    d.finding.detail = fmt::format("{} is {}: {}", what, fmt::join(parts, ", "), why);
   }
 
   // ---- p2p ----------------------------------------------------------------------------------
