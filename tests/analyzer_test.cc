@@ -298,7 +298,8 @@ TEST_F(AnalyzerTest, VictimsOfAKilledRankAreNotRootCauses) {
   job.call(3, "mesh0/tp", "all_reduce", 256, "started");
   for (const int r : {0, 1}) job.call(r, "mesh0/dp", "all_reduce", 1024, "started");
   job.write(dir_, "fr_", {0, 1, 3});
-  const Report report = analyze({.prefix = "", .allow_incomplete_ranks = true, .threads = 0});
+  const Report report =
+      analyze({.prefix = "", .allow_incomplete_ranks = true, .threads = 0, .limits = {}});
   EXPECT_EQ(root_blame(report), std::vector<int>{2}) << describe(report);
   // Rank 3's wait is followed to rank 2 and named.
   const auto victim =
@@ -320,7 +321,8 @@ TEST_F(AnalyzerTest, ADumplessRankDoesNotHideAClearVerdict) {
   job.collective("world", "all_reduce", 8);
   for (const int r : {0, 2, 3}) job.call(r, "world", "all_reduce", 8, "started");
   job.write(dir_, "fr_", {0, 1, 2});
-  const Report report = analyze({.prefix = "", .allow_incomplete_ranks = true, .threads = 0});
+  const Report report =
+      analyze({.prefix = "", .allow_incomplete_ranks = true, .threads = 0, .limits = {}});
   EXPECT_EQ(root_blame(report), std::vector<int>{1}) << describe(report);
   ASSERT_EQ(report.findings.size(), 2u) << describe(report);
   EXPECT_EQ(report.findings[1].kind, FindingKind::kMissingDump);
@@ -441,7 +443,8 @@ TEST_F(AnalyzerTest, AKilledRankIsNamedWithTheOpItDiedIn) {
   }
   job.call(2, "mesh0/dp", "all_reduce", 1024, "started");
   job.write(dir_, "fr_", {1, 2, 3});
-  const Report report = analyze({.prefix = "", .allow_incomplete_ranks = true, .threads = 0});
+  const Report report =
+      analyze({.prefix = "", .allow_incomplete_ranks = true, .threads = 0, .limits = {}});
   const auto missing =
       std::find_if(report.findings.begin(), report.findings.end(),
                    [](const Finding& f) { return f.kind == FindingKind::kMissingDump; });
@@ -729,6 +732,86 @@ TEST_F(AnalyzerTest, CompletedSymmetricCollectiveIsNoFinding) {
   EXPECT_TRUE(report.findings.empty()) << describe(report);
 }
 
+// A broadcast (not symmetric: the root may finish first) that three tp ranks completed and one
+// never started: the rank behind is blamed, named with its group, op, seq and mesh dim.
+TEST_F(AnalyzerTest, StateMismatchBlamesTheRankThatNeverStartedIt) {
+  FrJob job = mesh_job();
+  train(job, 2);
+  for (int r = 4; r < 8; ++r)
+    job.call(r, "mesh0/tp", "broadcast", 64, r == 6 ? "scheduled" : "completed");
+  for (int r = 0; r < 4; ++r) job.call(r, "mesh0/tp", "broadcast", 64);
+  job.write(dir_);
+  const Report report = analyze();
+  ASSERT_EQ(report.findings.size(), 1u) << describe(report);
+  const Finding& f = report.findings[0];
+  EXPECT_EQ(f.kind, FindingKind::kStateMismatch);
+  EXPECT_EQ(f.culprit_ranks, std::vector<int>{6});
+  EXPECT_EQ(f.group, "mesh0/tp");
+  EXPECT_EQ(f.group_ranks, (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_EQ(f.mesh_dim, "tp");
+  EXPECT_EQ(f.op, "broadcast");
+  EXPECT_EQ(f.seq, 5);
+  // The report's line names the dim and group; the detail the op, seq, states and ranks.
+  EXPECT_NE(describe(report).find("[state_mismatch] mesh dim tp, group mesh0/tp [4, 5, 6, 7]: "
+                                  "broadcast #5 is"),
+            std::string::npos)
+      << describe(report);
+  EXPECT_NE(f.detail.find("broadcast #5 is ranks [4, 5, 7] "
+                          "completed, rank 6 scheduled: rank 6 never started it"),
+            std::string::npos)
+      << f.detail;
+}
+
+// An all_reduce one rank completed while its peer, whose dump shows its ops starting, never
+// started it: no correct transport completes a symmetric collective without every member.
+TEST_F(AnalyzerTest, SymmetricCollectiveCompletedWhereAPeerNeverStartedItIsSaid) {
+  FrJob job = testing::dp_tp_job(2, 2);  // dp groups [0, 2] and [1, 3].
+  for (int s = 0; s < 3; ++s) job.collective("mesh0/dp", "all_reduce", 256);
+  for (int r = 0; r < 4; ++r)
+    job.call(r, "mesh0/dp", "all_reduce", 256, r == 3 ? "scheduled" : "completed");
+  job.write(dir_);
+  const Report report = analyze();
+  ASSERT_EQ(report.findings.size(), 1u) << describe(report);
+  const Finding& f = report.findings[0];
+  EXPECT_EQ(f.kind, FindingKind::kStateMismatch);
+  EXPECT_EQ(f.culprit_ranks, std::vector<int>{3});
+  EXPECT_EQ(f.group_ranks, (std::vector<int>{1, 3}));
+  EXPECT_EQ(f.mesh_dim, "dp");
+  EXPECT_EQ(f.seq, 4);
+  EXPECT_NE(f.detail.find("all_reduce #4: rank 1 completed it "
+                          "but rank 3 never started it"),
+            std::string::npos)
+      << f.detail;
+  EXPECT_NE(f.detail.find("cannot happen with a correct transport"), std::string::npos) << f.detail;
+  EXPECT_NE(describe(report).find("[state_mismatch] mesh dim dp, group mesh0/dp [1, 3]: "
+                                  "all_reduce #4: rank 1 completed it"),
+            std::string::npos)
+      << describe(report);
+
+  // The same records from a rank that never records starts (NCCL untimed): "scheduled" only
+  // says it had not completed when it dumped, which a peer's completion makes harmless.
+  fs::remove_all(dir_);
+  fs::create_directory(dir_);
+  job.dump(3).records_starts = false;
+  job.write(dir_);
+  const Report untimed = analyze();
+  EXPECT_TRUE(untimed.findings.empty()) << describe(untimed);
+}
+
+// Two ranks in an all_gather, two not yet: no majority of states, but the ranks in it wait on
+// the two that never started it.
+TEST_F(AnalyzerTest, StateMismatchWithoutMajorityBlamesTheRanksBehind) {
+  FrJob job = world_job(4);
+  job.collective("world", "all_reduce", 16);
+  for (int r = 0; r < 4; ++r)
+    job.call(r, "world", "all_gather", 16, r < 2 ? "started" : "scheduled");
+  job.write(dir_);
+  const Report report = analyze();
+  ASSERT_EQ(report.findings.size(), 1u) << describe(report);
+  EXPECT_EQ(report.findings[0].kind, FindingKind::kStateMismatch);
+  EXPECT_EQ(report.findings[0].culprit_ranks, (std::vector<int>{2, 3}));
+}
+
 TEST_F(AnalyzerTest, AllToAllNumelMismatch) {
   FrJob job = world_job(4);
   for (int r = 0; r < 4; ++r) {
@@ -757,6 +840,108 @@ TEST_F(AnalyzerTest, UnevenAllToAllThatAddsUpIsFine) {
 
 // Rank 2 skipped one all_reduce: its later ops carry lower sequence numbers, so every later
 // op of the group disagrees. Only the first mismatch is a root.
+// A GPT-2 step on `ranks` of world: the gradient all_reduce (136,960 floats), then the loss's
+// (1 float), each from its own line.
+void gpt2_step(FrJob& job, const std::vector<int>& ranks, bool grad = true,
+               const std::string& state = "completed") {
+  for (const int r : ranks) {
+    if (grad) job.call(r, "world", "all_reduce", 136960, state).caller = "train_gpt2.py:88";
+    job.call(r, "world", "all_reduce", 1, state).caller = "train_gpt2.py:95";
+  }
+}
+
+// Two ranks, no majority: rank 1 skipped the gradient all_reduce at step 20 and called the
+// loss's against rank 0's gradient one. Each rank's own alternation says which one broke it.
+TEST_F(AnalyzerTest, ATwoRankTieIsBrokenByEachRanksOwnPattern) {
+  FrJob job = world_job(2);
+  for (int step = 0; step < 20; ++step) gpt2_step(job, {0, 1});
+  job.call(0, "world", "all_reduce", 136960, "started").caller = "train_gpt2.py:88";
+  job.call(1, "world", "all_reduce", 1, "started").caller = "train_gpt2.py:95";
+  job.write(dir_);
+  const Report report = analyze();
+  ASSERT_FALSE(report.findings.empty());
+  const Finding& f = report.findings[0];
+  EXPECT_EQ(f.kind, FindingKind::kSizeMismatch) << describe(report);
+  EXPECT_EQ(f.seq, 41);
+  EXPECT_EQ(f.culprit_ranks, std::vector<int>{1}) << describe(report);
+  EXPECT_EQ(root_blame(report), std::vector<int>{1}) << describe(report);
+  EXPECT_NE(f.detail.find("rank 1 departed from its own pattern: its ops on world repeat every 2 "
+                          "(all_reduce 136960 x Float, all_reduce 1 x Float), and at #41 it "
+                          "called all_reduce 1 x Float where its history predicts all_reduce "
+                          "136960 x Float; rank 0 kept its own"),
+            std::string::npos)
+      << f.detail;
+  EXPECT_EQ(f.detail.find("no majority:"), std::string::npos) << f.detail;
+
+  // The same from the command line: the verdict names rank 1 alone.
+  const CliResult r = cli(fmt::format("analyze --json {}", dir_.string()));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["findings"][0]["culprit_ranks"], nlohmann::json::array({1})) << r.out;
+}
+
+// Too little history, or none that repeats: the tie stays a tie.
+TEST_F(AnalyzerTest, ATieWithoutAClearHistoryStaysNoMajority) {
+  auto expect_no_majority = [&](FrJob& job, int64_t seq) {
+    fs::remove_all(dir_);
+    fs::create_directory(dir_);
+    job.write(dir_);
+    const Report report = analyze();
+    ASSERT_FALSE(report.findings.empty());
+    const Finding& f = report.findings[0];
+    EXPECT_EQ(f.seq, seq) << describe(report);
+    EXPECT_EQ(f.culprit_ranks, (std::vector<int>{0, 1})) << describe(report);
+    EXPECT_NE(f.detail.find("no majority:"), std::string::npos) << f.detail;
+    EXPECT_EQ(f.detail.find("departed"), std::string::npos) << f.detail;
+  };
+  {
+    // Two steps: a period of 2 seen twice is not enough.
+    FrJob job = world_job(2);
+    for (int step = 0; step < 2; ++step) gpt2_step(job, {0, 1});
+    job.call(0, "world", "all_reduce", 136960, "started").caller = "train_gpt2.py:88";
+    job.call(1, "world", "all_reduce", 1, "started").caller = "train_gpt2.py:95";
+    expect_no_majority(job, 5);
+  }
+  {
+    // A long history of ops that never repeat (every size differs).
+    FrJob job = world_job(2);
+    for (int i = 0; i < 30; ++i) {
+      for (int r = 0; r < 2; ++r) job.call(r, "world", "all_reduce", 100 + i).caller = "a.py:1";
+    }
+    job.call(0, "world", "all_reduce", 500, "started").caller = "a.py:1";
+    job.call(1, "world", "all_reduce", 7, "started").caller = "a.py:1";
+    expect_no_majority(job, 31);
+  }
+  {
+    // Both ranks depart from their patterns: nothing to choose between them.
+    FrJob job = world_job(2);
+    for (int step = 0; step < 10; ++step) gpt2_step(job, {0, 1});
+    job.call(0, "world", "all_reduce", 4096, "started").caller = "train_gpt2.py:88";
+    job.call(1, "world", "all_reduce", 8192, "started").caller = "train_gpt2.py:88";
+    expect_no_majority(job, 21);
+  }
+}
+
+// A 2-vs-2 tie in a 4-rank group: ranks 2 and 3 skipped the gradient all_reduce at step 12.
+TEST_F(AnalyzerTest, ATwoAgainstTwoTieIsBrokenByTheSidesOwnPatterns) {
+  FrJob job = world_job(4);
+  for (int step = 0; step < 12; ++step) gpt2_step(job, {0, 1, 2, 3});
+  gpt2_step(job, {0, 1}, /*grad=*/true, "started");
+  gpt2_step(job, {2, 3}, /*grad=*/false, "started");
+  job.write(dir_);
+  const Report report = analyze();
+  ASSERT_FALSE(report.findings.empty());
+  const Finding& f = report.findings[0];
+  EXPECT_EQ(f.seq, 25) << describe(report);
+  EXPECT_EQ(f.culprit_ranks, (std::vector<int>{2, 3})) << describe(report);
+  EXPECT_EQ(root_blame(report), (std::vector<int>{2, 3})) << describe(report);
+  EXPECT_NE(f.detail.find("ranks [2, 3] departed from their own pattern: their ops on world repeat "
+                          "every 2"),
+            std::string::npos)
+      << f.detail;
+  EXPECT_NE(f.detail.find("ranks [0, 1] kept their own"), std::string::npos) << f.detail;
+}
+
 TEST_F(AnalyzerTest, SkippedCollectiveShiftsSequenceNumbers) {
   FrJob job = world_job(4);
   for (int step = 0; step < 4; ++step) {
@@ -1286,7 +1471,7 @@ class AnalyzerHostileTest : public AnalyzerTest {
   // meshtrace analyze on the directory, its memory capped at 1 GiB (the address space; under a
   // sanitizer, its allocator's limits) so that an allocation sized by a crafted number fails the
   // test instead of swapping the machine.
-  HostileRun analyze() const {
+  HostileRun analyze(const std::string& options = "") const {
     const fs::path err = dir_.string() + ".stderr";
 #if defined(__SANITIZE_ADDRESS__)
     // ASan reserves terabytes of shadow address space, so no `ulimit -v` lets it start: its own
@@ -1301,8 +1486,8 @@ class AnalyzerHostileTest : public AnalyzerTest {
 #else
     const char* cap = "ulimit -v 1048576;";
 #endif
-    const std::string cmd = fmt::format("{} exec {} analyze {} 2>'{}'", cap, MESHRT_MESHTRACE,
-                                        dir_.string(), err.string());
+    const std::string cmd = fmt::format("{} exec {} analyze {} {} 2>'{}'", cap, MESHRT_MESHTRACE,
+                                        options, dir_.string(), err.string());
     const auto start = std::chrono::steady_clock::now();
     const auto results = testing::run_ranks({"/bin/sh", "-c", cmd}, 1, std::chrono::seconds(60));
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
@@ -1377,6 +1562,72 @@ TEST_F(AnalyzerHostileTest, NonDumpsFailFromTheirFirstBytes) {
   EXPECT_NE(r.err.find("fr_1"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("starts with 'GARBAGE!"), std::string::npos) << r.err;
   EXPECT_LT(r.seconds, 10.0);
+}
+
+// Reading a dump takes a multiple of its size (docs/reliability.md), so files over a limit are
+// refused before they are read: one file over --max-input-mib (256 MiB by default), or all of
+// them over --max-total-input-mib; the message names the file, its size, the limit and the
+// option that raises it.
+TEST_F(AnalyzerHostileTest, FilesOverTheSizeLimitsAreRefusedNamingTheOptionThatRaisesThem) {
+  // A real dump padded to 2 MiB and one byte (JSON allows the trailing spaces).
+  const std::string original = read_text(dir_ / "fr_1");
+  write_text(dir_ / "fr_1", original + std::string((size_t{2} << 20) + 1 - original.size(), ' '));
+  HostileRun r = analyze("--max-input-mib 2");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("fr_1': 2.0 MiB (2097153 bytes) is over the limit of 2.0 MiB (2097152 "
+                       "bytes) for one dump file"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("raise the limit with --max-input-mib"), std::string::npos) << r.err;
+  r = analyze("--max-input-mib 3");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = analyze("--max-total-input-mib 2");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("the 3 dump files hold 2.0 MiB"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("over the limit of 2.0 MiB (2097152 bytes) for all of them; if they are "
+                       "real dumps, raise the limit with --max-total-input-mib"),
+            std::string::npos)
+      << r.err;
+  r = analyze("--max-input-mib 0");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+
+  // The default: a dump that starts right but is 300 MiB (sparse: no disk) is refused at once,
+  // under the 1 GiB address-space cap that reading it whole would not fit.
+  {
+    std::ofstream out(dir_ / "fr_1", std::ios::binary | std::ios::trunc);
+    out << original.substr(0, 200);
+  }
+  fs::resize_file(dir_ / "fr_1", uintmax_t{300} << 20);
+  r = analyze();
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("fr_1': 300.0 MiB (314572800 bytes) is over the limit of 256.0 MiB"),
+            std::string::npos)
+      << r.err;
+  EXPECT_LT(r.seconds, 10.0);
+}
+
+// Cheap refusals that keep a file of tiny items from costing a hundred times its size: entries
+// without an op name, too many groups, too many distinct strings.
+TEST_F(AnalyzerHostileTest, BulkTinyItemsAreRefusedBeforeTheyCostMuch) {
+  const std::string head = R"({"version":"2.10","pg_config":{"g":{"ranks":"[1]"}},"entries":[)";
+  auto refused = [&](const std::string& text, const std::string& says) {
+    write_text(dir_ / "fr_1", text);
+    const HostileRun r = analyze();
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find("fr_1"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(says), std::string::npos) << r.err;
+  };
+  std::string empties = head;
+  for (int i = 0; i < 100000; ++i) empties += "{},";
+  refused(empties + "{}]}", "entry 0 has no 'profiling_name'");
+  refused(head + R"({"process_group":["g"],"profiling_name":"a"},{"process_group":["g"]}]})",
+          "entry 1 has no 'profiling_name'");
+  std::string groups = R"({"version":"2.10","pg_config":{)";
+  for (int i = 0; i <= 1 << 16; ++i) groups += fmt::format("\"{:x}\":{{}},", i);
+  refused(groups + "\"z\":{}}}", "the dump names more than 65536 groups");
+  std::string strings = head + R"({"process_group":["g"],"profiling_name":"a","input_dtypes":[)";
+  for (int i = 0; i <= 1 << 20; ++i) strings += fmt::format("\"{:x}\",", i);
+  refused(strings + "\"z\"]}]}", "more than 1048576 distinct strings");
 }
 
 TEST(PickleReader, RejectsMalformedInput) {

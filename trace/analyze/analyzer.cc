@@ -99,7 +99,8 @@ Report analyze(std::vector<RankDump> dumps, const AnalyzeOptions& options) {
 }
 
 Report analyze_directory(const std::filesystem::path& dir, const AnalyzeOptions& options) {
-  return analyze(read_dumps(find_dump_files(dir, options.prefix), options.threads), options);
+  return analyze(read_dumps(find_dump_files(dir, options.prefix), options.threads, options.limits),
+                 options);
 }
 
 }  // namespace meshrt::trace

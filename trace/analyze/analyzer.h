@@ -109,6 +109,7 @@ struct AnalyzeOptions {
   std::string prefix;                   // Dump file prefix; empty: inferred.
   bool allow_incomplete_ranks = false;  // Missing dumps become a finding instead of an error.
   unsigned threads = 0;                 // Loading threads; 0: one per core.
+  InputLimits limits;                   // Bytes of dumps read at most.
 };
 
 // Throws InputError unless every dump has the same `version` ("<int>.<int>") and the same

@@ -99,7 +99,8 @@ std::string to_json(const FrDump& dump) {
         "\"retired\":{},\"timeout_ms\":600000,\"is_p2p\":{},\"mesh_dim\":{},\"group_ranks\":[{}],"
         "\"group_rank\":{},\"scope\":\"step / forward\",\"peer\":{},\"root\":{},"
         "\"p2p_channel_seq\":{},\"reduce_op\":\"{}\",\"error\":\"\",\"caller\":{}}}",
-        json_string(e.state), e.state == "scheduled" ? 0 : e.time_created_ns + 500,
+        json_string(dump.records_starts || e.state != "started" ? e.state : "scheduled"),
+        e.state == "scheduled" || !dump.records_starts ? 0 : e.time_created_ns + 500,
         done ? e.time_created_ns + 900 : 0, done, e.is_p2p,
         group->mesh_dim ? json_string(*group->mesh_dim) : "null", fmt::join(group->ranks, ","),
         group_rank, e.peer, e.root, e.channel_seq,

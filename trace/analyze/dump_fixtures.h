@@ -51,6 +51,9 @@ struct FrDump {
   int64_t meshrt_dump_version = 1;
   int64_t first_record_id = 0;
   int64_t records_dropped = 0;
+  // The rank sees its ops start: false writes no start times and no "started" state, as an
+  // untimed NCCL rank.
+  bool records_starts = true;
   std::vector<FrGroup> groups;
   std::vector<FrEntry> entries;
 };

@@ -58,6 +58,7 @@ enum class EntryKey : uint8_t {
   kTimeCreatedNs,
   kP2pChannelSeq,
   kCollectiveSeqId,
+  kTimeDiscoveredStartedNs,
 };
 
 constexpr std::pair<std::string_view, EntryKey> kEntryKeys[] = {
@@ -79,12 +80,13 @@ constexpr std::pair<std::string_view, EntryKey> kEntryKeys[] = {
     {fr::kTimeCreatedNs, EntryKey::kTimeCreatedNs},
     {fr::kP2pChannelSeq, EntryKey::kP2pChannelSeq},
     {fr::kCollectiveSeqId, EntryKey::kCollectiveSeqId},
+    {fr::kTimeDiscoveredStartedNs, EntryKey::kTimeDiscoveredStartedNs},
 };
 
 // kEntryKeys' indices by key length (at most 3 keys share one; -1 ends a list), so that a key
 // costs one lookup and a compare or two: a chain of 20 compares per key would cost more than the
 // rest of the parse.
-constexpr size_t kMaxKeyLength = 24;
+constexpr size_t kMaxKeyLength = 26;
 using KeysOfLength = std::array<int8_t, 4>;
 constexpr std::array<KeysOfLength, kMaxKeyLength + 1> kKeysByLength = [] {
   std::array<KeysOfLength, kMaxKeyLength + 1> table{};
@@ -211,6 +213,12 @@ class DumpParser {
     if (it != symbol_ids_.end()) {
       id = it->second;
     } else {
+      if (dump_.symbols.size() > kMaxStringsPerDump) {
+        throw InputError(fmt::format(
+            "the dump holds more than {} distinct strings (op names, dtypes, callers, scopes, "
+            "group names)",
+            kMaxStringsPerDump));
+      }
       id = static_cast<uint32_t>(dump_.symbols.size());
       dump_.symbols.emplace_back(s);
       symbol_ids_.emplace(std::string(s), id);
@@ -311,11 +319,16 @@ class DumpParser {
           cur_.skip_value();
         }
       }
+      if (dump_.groups.size() == kMaxGroupsPerDump) throw too_many_groups();
       const uint32_t name = intern(group.name);
       if (listed_.size() <= name) listed_.resize(name + 1, false);
       listed_[name] = true;
       dump_.groups.push_back(std::move(group));
     }
+  }
+
+  static InputError too_many_groups() {
+    return InputError(fmt::format("the dump names more than {} groups", kMaxGroupsPerDump));
   }
 
   // The group name (a symbol) is in pg_config as parsed so far.
@@ -415,6 +428,7 @@ class DumpParser {
     std::string_view key;
     int64_t peer = -1;
     bool has_is_p2p = false;
+    bool has_name = false;
     cur_.begin_object();
     while (cur_.next_key(key)) {
       switch (entry_key(key)) {
@@ -476,6 +490,7 @@ class DumpParser {
           continue;
         case EntryKey::kProfilingName:
           parse_profiling_name(cur_.read_string(), e, u);
+          has_name = true;
           continue;
         case EntryKey::kTimeCreatedNs:
           e.time_created_ns = read_int_or_zero();
@@ -486,10 +501,21 @@ class DumpParser {
         case EntryKey::kCollectiveSeqId:
           e.collective_seq = cur_.read_int();
           continue;
+        case EntryKey::kTimeDiscoveredStartedNs:
+          if (read_int_or_zero() > 0) dump_.records_starts = true;
+          continue;
         case EntryKey::kOther:
           break;
       }
       cur_.skip_value();
+    }
+    if (e.state == EntryState::kStarted) dump_.records_starts = true;
+    // Without it an entry can be matched to nothing; refusing at once also keeps a file of
+    // empty objects (3 bytes each) from costing an entry's hundred-odd bytes apiece. (An entry
+    // without process_group is an entry of group "", which resolve() judges.)
+    if (!has_name) {
+      throw InputError(
+          fmt::format("entry {} has no '{}'", dump_.entries.size(), fr::kProfilingName));
     }
     const bool p2p_type = channel_op(e.type);
     if (!has_is_p2p) e.is_p2p = p2p_type;
@@ -527,6 +553,7 @@ class DumpParser {
           throw InputError(
               fmt::format("entry {} names group '{}' that pg_config does not list", i, name));
         }
+        if (dump_.groups.size() == kMaxGroupsPerDump) throw too_many_groups();
         DumpGroup group;
         group.name = name;
         for (const int64_t r : dump_.span(u.group_ranks))
@@ -594,12 +621,17 @@ class DumpParser {
   std::array<CacheSlot, 64> cache_;
 };
 
+std::string mib(uint64_t bytes) {
+  return fmt::format("{:.1f} MiB ({} bytes)", static_cast<double>(bytes) / (1 << 20), bytes);
+}
+
 constexpr size_t kSniffBytes = 64;
 
 // Reads a whole dump into `out` (reusing its capacity), sized by fstat and read until EOF, after
-// checking its first bytes: a file that cannot be a dump fails before the rest is read. Returns
-// "" or what is wrong.
-std::string read_dump_file(const std::filesystem::path& path, std::string& out) {
+// checking its first bytes: a file that cannot be a dump fails before the rest is read, and one
+// over `limit` bytes (when it was stat'ed or as it is read) before it is read whole. Returns ""
+// or what is wrong.
+std::string read_dump_file(const std::filesystem::path& path, std::string& out, uint64_t limit) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return fmt::format("cannot open: {}", std::strerror(errno));
   struct stat st {};
@@ -615,6 +647,14 @@ std::string read_dump_file(const std::filesystem::path& path, std::string& out) 
         return error;
       }
       sniffed = true;
+      if (size > limit) {
+        ::close(fd);
+        return fmt::format(
+            "{} is over the limit of {} for one dump file (a real dump is a few MiB: 2000 "
+            "entries, the default MESHRT_TRACE_BUFFER_SIZE, of a 1024-rank job take 2.1 MiB); if "
+            "it is a real dump, raise the limit with --max-input-mib",
+            mib(size), mib(limit));
+      }
       out.resize(std::max(size + 1, out.size()));
     }
     if (got == out.size()) out.resize(out.size() * 2);
@@ -628,6 +668,32 @@ std::string read_dump_file(const std::filesystem::path& path, std::string& out) 
       return sniffed ? "" : sniff_dump_format(out, true);
     }
     got += static_cast<size_t>(n);
+    if (got > limit) {
+      // It grew after the sizes were checked (a file still being written, a FIFO-like file).
+      ::close(fd);
+      out.clear();
+      return fmt::format(
+          "more than {} bytes were read, over the limit for one dump file "
+          "(--max-input-mib)",
+          limit);
+    }
+  }
+}
+
+// The files' sum within `limits`, from their sizes before any is read (each file's own size is
+// checked once its first bytes show it can be a dump).
+void check_total_size(const std::vector<DumpFile>& files, const InputLimits& limits) {
+  uint64_t total = 0;
+  for (const DumpFile& f : files) {
+    std::error_code ec;
+    const uintmax_t size = std::filesystem::file_size(f.path, ec);
+    if (!ec) total += size;  // Else reading it says what is wrong.
+  }
+  if (total > limits.total_bytes) {
+    throw InputError(
+        fmt::format("the {} dump files hold {}, over the limit of {} for all of them; if they "
+                    "are real dumps, raise the limit with --max-total-input-mib",
+                    files.size(), mib(total), mib(limits.total_bytes)));
   }
 }
 
@@ -783,7 +849,9 @@ std::vector<DumpFile> find_dump_files(const std::filesystem::path& dir, const st
   return files;
 }
 
-std::vector<RankDump> read_dumps(const std::vector<DumpFile>& files, unsigned threads) {
+std::vector<RankDump> read_dumps(const std::vector<DumpFile>& files, unsigned threads,
+                                 const InputLimits& limits) {
+  check_total_size(files, limits);
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   threads = std::min<unsigned>(threads, static_cast<unsigned>(files.size()));
   std::vector<RankDump> dumps(files.size());
@@ -794,7 +862,8 @@ std::vector<RankDump> read_dumps(const std::vector<DumpFile>& files, unsigned th
     for (size_t i = next++; i < files.size(); i = next++) {
       const std::string path = files[i].path.string();
       try {
-        if (const std::string error = read_dump_file(files[i].path, bytes); !error.empty()) {
+        if (const std::string error = read_dump_file(files[i].path, bytes, limits.file_bytes);
+            !error.empty()) {
           errors[i] = fmt::format("'{}': {}", path, error);
           continue;
         }

@@ -26,6 +26,14 @@ enum class EntryState : uint8_t { kScheduled, kStarted, kCompleted };
 // "scheduled", "started", "completed".
 std::string_view entry_state_name(EntryState state);
 
+// The most groups one dump may list (pg_config and groups only entries name): real dumps have
+// a few per mesh dim; each costs a few hundred bytes from a dozen bytes of input.
+inline constexpr size_t kMaxGroupsPerDump = size_t{1} << 16;
+
+// The most distinct strings one dump may hold. A real dump has a few per entry at most (its
+// op, dtype, caller, scope), thousands in all; each costs ~130 bytes from a few of input.
+inline constexpr size_t kMaxStringsPerDump = size_t{1} << 20;
+
 // The largest world a dump may claim. Ranks and world sizes are checked against it (and against
 // the dump's own world_size) before anything is sized by them: dumps are untrusted input.
 inline constexpr int64_t kMaxWorldSize = int64_t{1} << 20;
@@ -73,6 +81,10 @@ struct RankDump {
   std::optional<int64_t> meshrt_dump_version;  // Absent in PyTorch dumps.
   std::optional<int64_t> world_size;
   int64_t records_dropped = -1;  // -1: the dump does not say (PyTorch).
+  // Some entry was seen to start (state "started" or a start time): this rank's ops go
+  // scheduled -> started -> completed, so "scheduled" means never started. Without start events
+  // (NCCL untimed) an op goes from "scheduled" straight to "completed", running or not.
+  bool records_starts = false;
   std::vector<DumpGroup> groups;
   std::vector<std::string> symbols;  // symbols[0] is "".
   std::vector<int64_t> pool;
@@ -104,8 +116,16 @@ RankDump parse_dump(std::string_view bytes, int rank);
 // "" when they can; `head` is the file's start (64 bytes are enough), or the whole file.
 std::string sniff_dump_format(std::string_view head, bool whole_file);
 
+// How many bytes of dumps the analyzer reads: a file's parse takes a multiple of its size
+// (docs/reliability.md measures it), so the sizes are checked before anything is read.
+struct InputLimits {
+  uint64_t file_bytes = uint64_t{256} << 20;  // One dump file (meshtrace --max-input-mib).
+  uint64_t total_bytes = uint64_t{8} << 30;   // All of them (--max-total-input-mib).
+};
+
 // Reads and parses the files on up to `threads` threads (0: one per core). Throws InputError
-// naming the file of the lowest rank that failed.
-std::vector<RankDump> read_dumps(const std::vector<DumpFile>& files, unsigned threads = 0);
+// naming the file of the lowest rank that failed, or the file or total over `limits`.
+std::vector<RankDump> read_dumps(const std::vector<DumpFile>& files, unsigned threads = 0,
+                                 const InputLimits& limits = {});
 
 }  // namespace meshrt::trace

@@ -485,10 +485,139 @@ class Matcher {
       }
     }
 
-    // States: a symmetric op completed anywhere is complete everywhere, whatever the others'
-    // dumps caught.
-    if ((flags & kSymmetric) != 0 && any_completed) return;
-    check_states(key, type, issued);
+    check_states(key, type, issued, (flags & kSymmetric) != 0);
+  }
+
+  // ---- a tie broken by each side's own history -----------------------------------------------
+
+  // A loop's ops repeat: a side of a tie whose op is what its own recent ops predict kept its
+  // pattern; the side that broke its own repetition (skipped or added a call) is the culprit.
+  // Periods up to kMaxPeriod, seen at least kMinRepeats times and over kMinOps ops, in the last
+  // kMaxHistory ops with consecutive sequence numbers (lost records end the history).
+  static constexpr size_t kMaxPeriod = 16;
+  static constexpr size_t kMinRepeats = 3;
+  static constexpr size_t kMinOps = 6;
+  static constexpr size_t kMaxHistory = 256;
+
+  // What a pattern compares: each entry's op, call site, scope, shapes and dtypes.
+  std::vector<int64_t> signature(const Issued& x, const CollOp& op) const {
+    std::vector<int64_t> sig;
+    for (uint32_t i = 0; i < op.count; ++i) {
+      const DumpEntry& e = x.dump->entries[x.rg->entries[op.first + i]];
+      sig.insert(sig.end(), {e.type, e.caller, e.scope});
+      for (const PoolSpan span : {e.input_sizes, e.output_sizes, e.input_dtypes, e.output_dtypes}) {
+        const std::span<const int64_t> v = x.dump->span(span);
+        sig.push_back(static_cast<int64_t>(v.size()));
+        sig.insert(sig.end(), v.begin(), v.end());
+      }
+    }
+    return sig;
+  }
+
+  // "all_reduce 136960 x Float", "coalesced 3 ops"; with `caller`, " at train.py:88" too.
+  std::string short_phrase(const Issued& x, const CollOp& op, bool caller) const {
+    if (op.count > 1) return fmt::format("coalesced {} ops", op.count - 1);
+    const DumpEntry& e = x.dump->entries[x.rg->entries[op.first]];
+    const bool in = e.input_sizes.size > 0;
+    const std::span<const int64_t> sizes = x.dump->span(in ? e.input_sizes : e.output_sizes);
+    const std::span<const int64_t> dtypes = x.dump->span(in ? e.input_dtypes : e.output_dtypes);
+    std::string out(m_.type_name(e));
+    if (!sizes.empty()) out += fmt::format(" {}", first_numel(sizes));
+    if (!dtypes.empty()) out += fmt::format(" x {}", m_.symbols[dtypes[0]]);
+    if (caller && e.caller != 0) out += fmt::format(" at {}", m_.symbols[e.caller]);
+    return out;
+  }
+
+  enum class Pattern { kUnclear, kKept, kDeparted };
+
+  // One rank's verdict on its op `x` against the repetition of its ops before it in the group.
+  struct OwnPattern {
+    Pattern verdict = Pattern::kUnclear;
+    size_t period = 0;
+    std::vector<const CollOp*> cycle;  // The last period's ops, oldest first.
+    const CollOp* predicted = nullptr;
+  };
+
+  OwnPattern own_pattern(const Issued& x) const {
+    OwnPattern out;
+    const auto at = static_cast<size_t>(x.op - x.rg->ops.data());
+    size_t start = at;
+    while (start > 0 && at - start < kMaxHistory &&
+           x.rg->ops[start - 1].seq == x.rg->ops[start].seq - 1) {
+      --start;
+    }
+    const size_t n = at - start;
+    std::vector<std::vector<int64_t>> h;
+    h.reserve(n);
+    for (size_t i = start; i < at; ++i) h.push_back(signature(x, x.rg->ops[i]));
+    for (size_t p = 1; p <= kMaxPeriod && p * kMinRepeats <= n; ++p) {
+      // The periodic run that ends the history: h[j] == h[j - p] from its start to the end.
+      size_t j = n - 1;
+      while (j >= p && h[j] == h[j - p]) --j;
+      const size_t run = j < p ? n : n - 1 - j + p;
+      if (run < std::max(kMinRepeats * p, kMinOps)) continue;
+      out.period = p;
+      for (size_t i = at - p; i < at; ++i) out.cycle.push_back(&x.rg->ops[i]);
+      out.predicted = &x.rg->ops[at - p];
+      out.verdict = signature(x, *x.op) == h[n - p] ? Pattern::kKept : Pattern::kDeparted;
+      return out;
+    }
+    return out;
+  }
+
+  // A tie broken: the class that departed from its own pattern, and why.
+  struct Tie {
+    size_t departed = 0;
+    std::string why;
+  };
+
+  // Exactly one class departed from its ranks' own patterns while every other class kept its
+  // own; nullopt when the histories do not say so clearly.
+  std::optional<Tie> break_tie_by_history(const OpKey& key, const std::vector<Issued>& issued,
+                                          const std::vector<std::vector<size_t>>& classes) const {
+    std::optional<size_t> departed;
+    std::vector<OwnPattern> first(classes.size());
+    for (size_t c = 0; c < classes.size(); ++c) {
+      Pattern side = Pattern::kUnclear;
+      for (size_t k = 0; k < classes[c].size(); ++k) {
+        OwnPattern own = own_pattern(issued[classes[c][k]]);
+        if (own.verdict == Pattern::kUnclear || (k > 0 && own.verdict != side)) return std::nullopt;
+        side = own.verdict;
+        if (k == 0) first[c] = std::move(own);
+      }
+      if (side == Pattern::kDeparted) {
+        if (departed) return std::nullopt;
+        departed = c;
+      }
+    }
+    if (!departed) return std::nullopt;
+    const size_t c = *departed;
+    const Issued& x = issued[classes[c].front()];
+    const OwnPattern& own = first[c];
+    // Name call sites only where the ops would otherwise read alike.
+    const bool callers = short_phrase(x, *x.op, false) == short_phrase(x, *own.predicted, false);
+    std::vector<std::string> cycle;
+    for (size_t i = 0; i < own.cycle.size() && i < 6; ++i) {
+      cycle.push_back(short_phrase(x, *own.cycle[i], callers));
+    }
+    if (own.cycle.size() > 6) cycle.push_back("...");
+    std::vector<int> keepers;
+    for (size_t k = 0; k < classes.size(); ++k) {
+      if (k == c) continue;
+      for (const size_t i : classes[k]) keepers.push_back(issued[i].rank);
+    }
+    std::sort(keepers.begin(), keepers.end());
+    std::vector<int> culprits;
+    for (const size_t i : classes[c]) culprits.push_back(issued[i].rank);
+    const bool one = culprits.size() == 1;
+    return Tie{
+        c, fmt::format("{} departed from {} own pattern: {} ops on {} repeat every {} ({}), "
+                       "and at #{} {} called {} where {} history predicts {}; {} kept {} own",
+                       ranks_phrase(culprits), one ? "its" : "their", one ? "its" : "their",
+                       m_.groups[key.group].name, own.period, fmt::join(cycle, ", "), key.seq,
+                       one ? "it" : "they", short_phrase(x, *x.op, callers), one ? "its" : "their",
+                       short_phrase(x, *own.predicted, callers), ranks_phrase(keepers),
+                       keepers.size() == 1 ? "its" : "their")};
   }
 
   // Majority signature: classes of ranks with equal ops, largest first (usually all agree).
@@ -531,6 +660,27 @@ class Matcher {
         std::swap(ranks[0], ranks[*right]);
       } else {
         siblings = 0;
+      }
+    }
+    if (siblings == 0 && classes[0].size() <= classes[1].size()) {
+      if (const std::optional<Tie> tie = break_tie_by_history(key, issued, classes)) {
+        const size_t c = tie->departed;
+        const size_t kept = c == 0 ? 1 : 0;
+        const Difference dk = diff(c, kept);
+        Draft& d = add_draft(dk.kind, key, type, what);
+        d.finding.culprit_ranks = ranks[c];
+        std::vector<int> keepers;
+        d.classes = {ranks[c]};
+        for (size_t k = 0; k < ranks.size(); ++k) {
+          if (k == c) continue;
+          keepers.insert(keepers.end(), ranks[k].begin(), ranks[k].end());
+          d.classes.push_back(ranks[k]);
+        }
+        std::sort(keepers.begin(), keepers.end());
+        d.finding.detail =
+            fmt::format("{}: {} {} while {} {} (no majority; {})", what, ranks_phrase(ranks[c]),
+                        dk.culprit, ranks_phrase(keepers), dk.majority, tie->why);
+        return true;
       }
     }
     if (siblings > 0 || classes[0].size() > classes[1].size()) {
@@ -644,28 +794,63 @@ class Matcher {
     return right;
   }
 
-  void check_states(const OpKey& key, std::string_view type, const std::vector<Issued>& issued) {
+  // Members whose records of one op are in different states. PyTorch's analyzer reports any
+  // difference (COLLECTIVE_STATE_MISMATCH) and blames whoever differs from the first rank; dumps
+  // are taken at different moments, so here only the ranks furthest behind are blamed: the
+  // others are in the op (or done) and wait on them.
+  void check_states(const OpKey& key, std::string_view type, const std::vector<Issued>& issued,
+                    bool symmetric) {
     std::map<EntryState, std::vector<int>> by_state;
-    for (const Issued& x : issued) by_state[x.last().state].push_back(x.rank);
+    // Scheduled on a rank whose dump shows ops starting: that rank never started it.
+    std::vector<int> never_started;
+    for (const Issued& x : issued) {
+      const EntryState state = x.last().state;
+      by_state[state].push_back(x.rank);
+      if (state == EntryState::kScheduled && x.dump->records_starts) {
+        never_started.push_back(x.rank);
+      }
+    }
     if (by_state.size() < 2) return;
-    std::vector<std::pair<EntryState, std::vector<int>>> states(by_state.begin(), by_state.end());
-    std::stable_sort(states.begin(), states.end(), [](const auto& a, const auto& b) {
-      return a.second.size() > b.second.size();
-    });
-    Draft& d =
-        add_draft(FindingKind::kStateMismatch, key, type, fmt::format("{} #{}", type, key.seq));
-    const bool strict = states[0].second.size() > states[1].second.size();
+    const auto completed = by_state.find(EntryState::kCompleted);
+    const std::string what = fmt::format("{} #{}", type, key.seq);
+    if (symmetric && completed != by_state.end()) {
+      // Completing a symmetric op takes every member, so the others were in it when they
+      // dumped (or their records say nothing of starts). A member that never started it is
+      // what a correct transport cannot produce.
+      if (never_started.empty()) return;
+      Draft& d = add_draft(FindingKind::kStateMismatch, key, type, what);
+      d.finding.culprit_ranks = never_started;
+      d.follow = never_started;
+      d.finding.detail = fmt::format(
+          "{}: {} completed it but {} never started it (its record is still scheduled, and "
+          "its dump shows ops starting): a symmetric collective completes only when every "
+          "member takes part, so this cannot happen with a correct transport; {} is where it "
+          "stopped, and the transport or the recorder completed the op without {}",
+          what, ranks_phrase(completed->second), ranks_phrase(never_started),
+          ranks_phrase(never_started), never_started.size() == 1 ? "it" : "them");
+      return;
+    }
+    const auto& [lowest, behind] = *by_state.begin();  // EntryState orders by progress.
+    Draft& d = add_draft(FindingKind::kStateMismatch, key, type, what);
+    d.finding.culprit_ranks = behind;
+    d.follow = behind;
     std::vector<std::string> parts;
-    for (size_t i = strict ? 1 : 0; i < states.size(); ++i) {
-      d.finding.culprit_ranks.insert(d.finding.culprit_ranks.end(), states[i].second.begin(),
-                                     states[i].second.end());
+    for (auto it = by_state.rbegin(); it != by_state.rend(); ++it) {
+      parts.push_back(fmt::format("{} {}", ranks_phrase(it->second), entry_state_name(it->first)));
     }
-    std::sort(d.finding.culprit_ranks.begin(), d.finding.culprit_ranks.end());
-    for (const auto& [state, ranks] : states) {
-      parts.push_back(fmt::format("{} {}", ranks_phrase(ranks), entry_state_name(state)));
+    std::string why;
+    if (lowest == EntryState::kScheduled && never_started == behind) {
+      why = fmt::format("{} never started it: {} stream never got to it", ranks_phrase(behind),
+                        behind.size() == 1 ? "its" : "their");
+    } else if (lowest == EntryState::kScheduled) {
+      why = fmt::format("{} {} not started it (or {} dump records no starts: it may be running)",
+                        ranks_phrase(behind), behind.size() == 1 ? "has" : "have",
+                        behind.size() == 1 ? "its" : "their");
+    } else {
+      why =
+          fmt::format("{} {} still in it", ranks_phrase(behind), behind.size() == 1 ? "is" : "are");
     }
-    d.finding.detail = fmt::format("{} is {}", d.what, fmt::join(parts, ", "));
-    d.follow = d.finding.culprit_ranks;
+    d.finding.detail = fmt::format("{} is {}: {}", what, fmt::join(parts, ", "), why);
   }
 
   // ---- p2p ----------------------------------------------------------------------------------

@@ -34,10 +34,14 @@ struct AnalyzeArgs {
   bool just_print_entries = false;
   bool json = false;
   meshrt::trace::EntriesTableOptions table;
+  uint64_t max_input_mib = meshrt::trace::InputLimits{}.file_bytes >> 20;
+  uint64_t max_total_input_mib = meshrt::trace::InputLimits{}.total_bytes >> 20;
 };
 
-int run_analyze(const AnalyzeArgs& args) {
+int run_analyze(AnalyzeArgs args) {
   using namespace meshrt::trace;
+  args.options.limits.file_bytes = args.max_input_mib << 20;
+  args.options.limits.total_bytes = args.max_total_input_mib << 20;
   if (args.just_print_entries) {
     std::vector<DumpFile> files = find_dump_files(args.dir, args.options.prefix);
     if (!args.table.ranks.empty()) {
@@ -47,7 +51,7 @@ int run_analyze(const AnalyzeArgs& args) {
                args.table.ranks.end();
       });
     }
-    const auto dumps = read_dumps(files);
+    const auto dumps = read_dumps(files, 0, args.options.limits);
     check_versions(dumps);
     std::fputs(format_entries_table(dumps, args.table).c_str(), stdout);
     return kOk;
@@ -131,6 +135,19 @@ int main(int argc, char** argv) {
       ->add_flag("--json", args.json,
                  "Print one JSON object: {\"ranks\", \"collectives_checked\", \"findings\"}")
       ->excludes(entries);
+
+  analyze
+      ->add_option("--max-input-mib", args.max_input_mib,
+                   fmt::format("Refuse (exit 2) a dump file larger than this many MiB: reading "
+                               "one takes a multiple of its size (default {})",
+                               args.max_input_mib))
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 30));
+  analyze
+      ->add_option("--max-total-input-mib", args.max_total_input_mib,
+                   fmt::format("Refuse (exit 2) dump files larger than this many MiB in all "
+                               "(default {})",
+                               args.max_total_input_mib))
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 30));
 
   std::vector<std::string> chrome_files;
   std::string chrome_out;

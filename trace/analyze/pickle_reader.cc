@@ -193,7 +193,11 @@ class Reader {
     if (pos_ != data_.size()) fail(fmt::format("{} bytes after STOP", data_.size() - pos_));
     if (stack_.size() != 1 || !marks_.empty()) fail("STOP with a malformed stack");
     budget_ = 4 * data_.size() + 4096;
-    return stack_.back();
+    const uint32_t root = stack_.back();
+    // The conversion needs neither; a pickle of many small items left them as large as the tree.
+    std::vector<uint32_t>().swap(stack_);
+    std::vector<uint32_t>().swap(memo_);
+    return root;
   }
 
   nlohmann::json to_json(uint32_t index, int depth) {
@@ -212,12 +216,12 @@ class Reader {
       case Node::Kind::kList:
       case Node::Kind::kTuple: {
         auto out = nlohmann::json::array();
-        for (const uint32_t item : items_[n.value]) out.push_back(to_json(item, depth + 1));
+        for (const uint32_t item : items_of(n)) out.push_back(to_json(item, depth + 1));
         return out;
       }
       case Node::Kind::kDict: {
         auto out = nlohmann::json::object();
-        const std::vector<uint32_t>& kv = items_[n.value];
+        const std::vector<uint32_t>& kv = items_of(n);
         for (size_t i = 0; i < kv.size(); i += 2) {
           out[std::string(text(nodes_[kv[i]]))] = to_json(kv[i + 1], depth + 1);
         }
@@ -253,7 +257,7 @@ class Reader {
       case Node::Kind::kList:
       case Node::Kind::kTuple: {
         out += '[';
-        const std::vector<uint32_t>& items = items_[n.value];
+        const std::vector<uint32_t>& items = items_of(n);
         for (size_t i = 0; i < items.size(); ++i) {
           if (i > 0) out += ',';
           to_text(items[i], depth + 1, out);
@@ -263,7 +267,7 @@ class Reader {
       }
       case Node::Kind::kDict: {
         out += '{';
-        const std::vector<uint32_t>& kv = items_[n.value];
+        const std::vector<uint32_t>& kv = items_of(n);
         for (size_t i = 0; i < kv.size(); i += 2) {
           if (i > 0) out += ',';
           append_json_string(text(nodes_[kv[i]]), out);
@@ -314,10 +318,29 @@ class Reader {
   }
   void push(Node node) { stack_.push_back(add(node)); }
   void push_int(int64_t v) {
-    push(Node{.kind = Node::Kind::kInt, .value = static_cast<uint64_t>(v)});
+    const Node node{.kind = Node::Kind::kInt, .value = static_cast<uint64_t>(v)};
+    if (v >= 0 && v < kSharedInts) {
+      stack_.push_back(shared(static_cast<size_t>(v), node));
+    } else {
+      push(node);
+    }
+  }
+  // One node for every occurrence of an immutable value (None, a bool, a small int): a pickle
+  // of one- or two-byte opcodes would otherwise cost a 16-byte node per opcode. Sharing is safe
+  // since nothing modifies such a node (only containers change) and the memo keeps indices.
+  uint32_t shared(size_t slot, const Node& node) {
+    if (shared_.empty()) shared_.assign(kSharedInts + 3, kNoValue);
+    if (shared_[slot] == kNoValue) shared_[slot] = add(node);
+    return shared_[slot];
   }
   // A new container node owning `items`.
+  // An empty one gets its vector when its first item comes: a pickle of empty containers (one
+  // byte each) would otherwise cost 40 bytes per byte before any check could refuse it.
   void push_container(Node::Kind kind, std::vector<uint32_t> items = {}) {
+    if (items.empty()) {
+      push(Node{.kind = kind, .value = kNoItems});
+      return;
+    }
     items_.push_back(std::move(items));
     push(Node{.kind = kind, .value = items_.size() - 1});
   }
@@ -342,10 +365,18 @@ class Reader {
   }
   // The items of container `index`, which must be of `kind`.
   std::vector<uint32_t>& container(uint32_t index, Node::Kind kind) {
-    const Node& n = nodes_[index];
+    Node& n = nodes_[index];
     if (n.kind != kind)
       fail(kind == Node::Kind::kList ? "append to a non-list" : "set item on a non-dict");
+    if (n.value == kNoItems) {
+      n.value = items_.size();
+      items_.emplace_back();
+    }
     return items_[n.value];
+  }
+  const std::vector<uint32_t>& items_of(const Node& n) const {
+    static const std::vector<uint32_t> kEmpty;
+    return n.value == kNoItems ? kEmpty : items_[n.value];
   }
   void set_items(uint32_t dict, const std::vector<uint32_t>& kv) {
     if (kv.size() % 2 != 0) fail("odd number of dict items");
@@ -433,9 +464,14 @@ class Reader {
         break;
       }
       case 'e': {
-        const auto values = pop_mark();
+        auto values = pop_mark();
         auto& items = container(top(), Node::Kind::kList);
-        items.insert(items.end(), values.begin(), values.end());
+        // The usual case, a list filled by one APPENDS, takes the items without a second copy.
+        if (items.empty()) {
+          items = std::move(values);
+        } else {
+          items.insert(items.end(), values.begin(), values.end());
+        }
         break;
       }
       case 'X':
@@ -473,11 +509,12 @@ class Reader {
         break;
       }
       case 'N':
-        push(Node{});
+        stack_.push_back(shared(kNoneSlot, Node{}));
         break;
       case 0x88:
       case 0x89:
-        push(Node{.kind = Node::Kind::kBool, .boolean = op == 0x88});
+        stack_.push_back(shared(op == 0x88 ? kTrueSlot : kFalseSlot,
+                                Node{.kind = Node::Kind::kBool, .boolean = op == 0x88}));
         break;
       case 'q':
         put(le(1));
@@ -530,6 +567,12 @@ class Reader {
   }
 
   static constexpr uint32_t kNoValue = UINT32_MAX;
+  static constexpr uint64_t kNoItems = UINT64_MAX;  // A container with no items yet.
+  // Slots of shared_: the ints 0..kSharedInts - 1 (BININT1's and BININT2's range), then these.
+  static constexpr int64_t kSharedInts = 65536;
+  static constexpr size_t kNoneSlot = kSharedInts;
+  static constexpr size_t kTrueSlot = kSharedInts + 1;
+  static constexpr size_t kFalseSlot = kSharedInts + 2;
 
   std::span<const std::byte> data_;
   size_t pos_ = 0;
@@ -539,6 +582,7 @@ class Reader {
   std::vector<uint32_t> stack_;
   std::vector<size_t> marks_;
   std::vector<uint32_t> memo_;
+  std::vector<uint32_t> shared_;  // By slot: the shared node, or kNoValue before its first use.
   size_t budget_ = 0;
 };
 
