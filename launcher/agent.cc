@@ -746,22 +746,70 @@ AttemptOutcome Agent::gather_outcome(int attempt, const std::vector<RankStatus>&
   return o;
 }
 
-void Agent::gather_dumps(const AttemptOutcome& outcome) {
+void Agent::gather_dumps(AttemptOutcome& outcome) {
   const std::string from = dump_prefix(outcome.attempt);
   const std::string to = attempt_dir(outcome.attempt) + "/" + base_name(from);
-  for (const RankStatus& s : outcome.ranks) {
-    if (!s.dumped || (s.node == 0 && from == to)) continue;
+  fallback_dump_dir_.clear();
+  PrefixStore job(fmt::format("meshrt/{}/{}", options_.run_id, outcome.attempt),
+                  rendezvous_->client());
+  for (RankStatus& s : outcome.ranks) {
+    // A rank that could not write its dump (a full disk) put it in the job's store: write it
+    // here, or where there is room, so that the analysis does not take it for a dead rank.
+    if (!s.dumped) {
+      try {
+        const std::string key = dump_keys::unwritten(s.rank) + "chunks";
+        if (!job.check({&key, 1})) continue;
+        const std::string dump =
+            dump_keys::get_chunked(job, dump_keys::unwritten(s.rank), kFetchTimeout);
+        s.dumped = write_dump_somewhere(to, s.rank, dump);
+      } catch (const std::exception& e) {
+        say("could not fetch rank {}'s unwritten dump: {}", s.rank, e.what());
+      }
+      continue;
+    }
+    if (s.node == 0 && from == to) continue;
     const std::string path = to + std::to_string(s.rank);
     try {
       // Node 0's own ranks: only when MESHRT_DUMP_PREFIX points elsewhere.
       const std::optional<std::string> dump =
           s.node == 0 ? read_file(from + std::to_string(s.rank))
                       : fetch_dump(rendezvous_->store(), outcome.attempt, s.rank, kFetchTimeout);
-      if (!dump || !write_file(path, *dump)) say("cannot write {}", path);
+      if (!dump || !write_dump_somewhere(to, s.rank, *dump)) say("cannot write {}", path);
     } catch (const Error& e) {
       say("could not fetch rank {}'s dump: {}", s.rank, e.detail());
     }
   }
+}
+
+bool Agent::write_dump_somewhere(const std::string& to, int rank, const std::string& dump) {
+  const std::string path = to + std::to_string(rank);
+  if (fallback_dump_dir_.empty() && write_file(path, dump)) return true;
+  if (fallback_dump_dir_.empty()) {
+    // The attempt directory is full too: every dump goes to a directory of its own elsewhere,
+    // so that the analysis sees them together.
+    std::string dir = (std::filesystem::temp_directory_path() / "meshrun-dumps-XXXXXX").string();
+    if (::mkdtemp(dir.data()) == nullptr) {
+      say("cannot write rank {}'s dump: {} is not writable and no temporary directory could be "
+          "made",
+          rank, path);
+      return false;
+    }
+    fallback_dump_dir_ = dir;
+    std::error_code ec;
+    for (const auto& e :
+         std::filesystem::directory_iterator(std::filesystem::path(to).parent_path(), ec)) {
+      if (e.path().filename().string().starts_with(base_name(to))) {
+        std::filesystem::copy_file(e.path(), dir / e.path().filename(), ec);
+      }
+    }
+  }
+  const std::string moved = fallback_dump_dir_ + "/" + base_name(to) + std::to_string(rank);
+  if (!write_file(moved, dump)) {
+    say("cannot write rank {}'s dump to {} either", rank, moved);
+    return false;
+  }
+  say("no room for rank {}'s dump in {}: the dumps are in {}", rank, path, fallback_dump_dir_);
+  return true;
 }
 
 void Agent::report_failure(const AttemptOutcome& outcome) {
@@ -772,7 +820,7 @@ void Agent::report_failure(const AttemptOutcome& outcome) {
   in.nodes = rendezvous_->nodes();
   in.this_node = rendezvous_->node_rank();
   in.log_files = writes_log_files();
-  in.dump_dir = attempt_dir(outcome.attempt);
+  in.dump_dir = fallback_dump_dir_.empty() ? attempt_dir(outcome.attempt) : fallback_dump_dir_;
   in.dump_name = base_name(dump_prefix(outcome.attempt));
   if (in.this_node == 0) {
     for (const RankStatus& s : outcome.ranks) {

@@ -58,7 +58,12 @@ class Agent {
   void publish_interrupt(int attempt);
   // Node 0: writes every rank's dump into its attempt directory (the other nodes' from the
   // store).
-  void gather_dumps(const AttemptOutcome& outcome);
+  // Node 0: every rank's dump into the attempt directory (remote ranks' through the store, and
+  // those a rank could not write itself); marks the ranks whose dump it wrote as dumped.
+  void gather_dumps(AttemptOutcome& outcome);
+  // Writes `dump` as `to`<rank>, or, once that fails (a full disk), into a temporary directory
+  // that then holds every dump (fallback_dump_dir_). Returns whether it was written.
+  bool write_dump_somewhere(const std::string& to, int rank, const std::string& dump);
   // Prints (and on node 0 saves) the failure summary.
   void report_failure(const AttemptOutcome& outcome);
   // Node 0, with --report: runs `meshtrace report` (on the dumps too, when dumps_dir is not
@@ -79,8 +84,9 @@ class Agent {
   std::string run_dir_;      // --log-dir, or a fresh directory under /tmp.
   std::string store_token_;  // The job's store secret, handed to the ranks; empty: none.
   bool temp_run_dir_ = false;
-  std::string report_dir_;        // --report, absolute; empty without it.
-  bool set_omp_threads_ = false;  // The ranks get OMP_NUM_THREADS=1 (torchrun's default).
+  std::string report_dir_;         // --report, absolute; empty without it.
+  std::string fallback_dump_dir_;  // Where the dumps went when the attempt directory was full.
+  bool set_omp_threads_ = false;   // The ranks get OMP_NUM_THREADS=1 (torchrun's default).
   std::optional<std::string> user_dump_prefix_;  // MESHRT_DUMP_PREFIX from meshrun's env.
   std::vector<std::string> base_env_;            // meshrun's environment minus what each rank gets.
   std::unique_ptr<Rendezvous> rendezvous_;

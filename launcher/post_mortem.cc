@@ -20,13 +20,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-// Well below TcpStoreServer's default value limit (64 MiB).
-constexpr size_t kChunkBytes = size_t{16} << 20;
 constexpr milliseconds kDumpPoll{50};
 
-std::string dump_key(int attempt, int rank, const std::string& part) {
-  return fmt::format("dumps/{}/{}/{}", attempt, rank, part);
-}
+std::string dump_key(int attempt, int rank) { return fmt::format("dumps/{}/{}/", attempt, rank); }
 
 }  // namespace
 
@@ -48,24 +44,11 @@ int64_t wait_for_dumps(Store& job, int world_size, milliseconds timeout,
 }
 
 void publish_dump(Store& launcher, int attempt, int rank, const std::string& contents) {
-  const size_t chunks = std::max<size_t>(1, (contents.size() + kChunkBytes - 1) / kChunkBytes);
-  for (size_t i = 0; i < chunks; ++i) {
-    const std::string_view part = std::string_view(contents).substr(i * kChunkBytes, kChunkBytes);
-    launcher.set(dump_key(attempt, rank, std::to_string(i)), {part.data(), part.size()});
-  }
-  // Last, so that a reader who sees the count finds every chunk.
-  launcher.set(dump_key(attempt, rank, "chunks"), as_bytes(std::to_string(chunks)));
+  dump_keys::set_chunked(launcher, dump_key(attempt, rank), contents);
 }
 
 std::string fetch_dump(Store& launcher, int attempt, int rank, milliseconds timeout) {
-  const size_t chunks =
-      std::stoul(to_string(launcher.get(dump_key(attempt, rank, "chunks"), timeout)));
-  std::string out;
-  for (size_t i = 0; i < chunks; ++i) {
-    const Bytes part = launcher.get(dump_key(attempt, rank, std::to_string(i)), timeout);
-    out.append(part.begin(), part.end());
-  }
-  return out;
+  return dump_keys::get_chunked(launcher, dump_key(attempt, rank), timeout);
 }
 
 std::string executable_dir() {

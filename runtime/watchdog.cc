@@ -282,7 +282,7 @@ void Watchdog::check_left_peers() {
   constexpr int64_t kGoneNs = 2'000'000'000;
   const int64_t now = trace::steady_now_ns();
   std::shared_ptr<Store> store;
-  std::vector<std::pair<Watched*, trace::OpRecord>> waiting;
+  std::vector<trace::OpRecord> waiting;
   {
     std::lock_guard lock(mu_);
     store = store_;
@@ -291,7 +291,7 @@ void Watchdog::check_left_peers() {
       auto rec = c->running_record();
       if (!rec || !rec->comm) continue;
       const int64_t since = rec->start_ns != 0 ? rec->start_ns : rec->enqueue_ns;
-      if (since != 0 && now - since >= kWaitedNs) waiting.emplace_back(c, std::move(*rec));
+      if (since != 0 && now - since >= kWaitedNs) waiting.push_back(std::move(*rec));
     }
   }
   if (const uint64_t g = job_generation_.load(); g != left_peers_generation_) {
@@ -301,7 +301,7 @@ void Watchdog::check_left_peers() {
   if (waiting.empty()) return;
   try {
     if (store->add(exit_keys::kRecords, 0) <= 0) return;
-    for (auto& [comm, rec] : waiting) {
+    for (const trace::OpRecord& rec : waiting) {
       const trace::CommInfo& info = *rec.comm;
       const int64_t seq = static_cast<int64_t>(trace::trace_seq(rec));
       std::vector<int> never_called;  // Proven: ended the communicator before the op.
@@ -354,7 +354,9 @@ void Watchdog::check_left_peers() {
           fmt::format("{} (waited {} ms; {})", why, (now - since) / 1'000'000, sizes_text(rec))};
       t.op_text = trace::op_text(rec);
       fire(trace::DumpReason::kFailure, t);
-      apply_policy(comm);
+      // Under throw and continue the op ends at its timeout, with its own error: aborting the
+      // communicator here would fail it as merely "aborted".
+      if (policy() == TimeoutPolicy::kAbort) exit_after_dumps();
       return;
     }
   } catch (const std::exception& e) {
@@ -443,7 +445,8 @@ void Watchdog::dump_once(trace::DumpReason reason, const trace::DumpTrigger* tri
     return;
   }
   auto& fr = trace::FlightRecorder::instance();
-  const auto paths = fr.dump(reason, trigger);
+  std::vector<std::pair<int, std::string>> unwritten;
+  const auto paths = fr.dump(reason, trigger, &unwritten);
   if (!paths.empty()) {
     log().error("flight recorder dumped to {}", fmt::join(paths, ", "));
   } else if (!fr.enabled()) {
@@ -455,6 +458,19 @@ void Watchdog::dump_once(trace::DumpReason reason, const trace::DumpTrigger* tri
     store = store_;
   }
   if (store) {
+    // A dump that could not be written (a full disk) still reaches the post-mortem: meshrun
+    // writes it where it can. Without it, the analysis would take this live rank for a dead one.
+    for (const auto& [rank, text] : unwritten) {
+      try {
+        dump_keys::set_chunked(*store, dump_keys::unwritten(rank), text);
+        log().error(
+            "rank {}'s dump could not be written; handed to the launcher through the "
+            "job's store",
+            rank);
+      } catch (const std::exception& e) {
+        log().warn("cannot hand rank {}'s unwritten dump to the store: {}", rank, e.what());
+      }
+    }
     // Counts ranks done with their dump, written or not, so nobody waits for a dump that will
     // never come (recorder off, unwritable prefix).
     try {

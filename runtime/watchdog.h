@@ -112,9 +112,10 @@ class Watchdog {
   void loop();
   void monitor_loop();
   void scan_timeouts();
-  // Fails an op that has waited a second or more for a peer that has left the job: the peer's
-  // exit record shows it never issued the op (it returned from its program early), or its
-  // process ended without one (exit_keys.h). Names the peer and the op it will never call.
+  // Fires for an op that has waited a second or more for a peer that has left the job: the
+  // peer's exit record shows it never issued the op (it returned from its program early), or its
+  // process ended without one (exit_keys.h). Names the peer and the op it will never call; under
+  // kAbort the process then exits (under throw and continue the op ends at its timeout).
   void check_left_peers();
   // A peer's exit record (runtime/store/exit_keys.h), and when this rank first saw it.
   struct LeftPeer {

@@ -528,8 +528,9 @@ std::string FlightRecorder::render(int rank, DumpFormat format, DumpReason reaso
   return to_pickle(doc, {std::string(fr::kProcessGroup)});
 }
 
-std::vector<std::string> FlightRecorder::dump(DumpReason reason,
-                                              const DumpTrigger* trigger) noexcept {
+std::vector<std::string> FlightRecorder::dump(
+    DumpReason reason, const DumpTrigger* trigger,
+    std::vector<std::pair<int, std::string>>* unwritten) noexcept {
   std::vector<std::string> paths;
   if (!enabled()) return paths;
   try {
@@ -540,8 +541,11 @@ std::vector<std::string> FlightRecorder::dump(DumpReason reason,
       writer = writer_;
     }
     for (int rank : local_ranks()) {
-      if (auto path = writer->write(rank, render(rank, options_.format, reason, trigger))) {
+      std::string text = render(rank, options_.format, reason, trigger);
+      if (auto path = writer->write(rank, text)) {
         paths.push_back(*path);
+      } else if (unwritten != nullptr) {
+        unwritten->emplace_back(rank, std::move(text));
       }
     }
   } catch (const std::exception& e) {

@@ -122,8 +122,11 @@ class FlightRecorder : public Sink {
   std::string render(int rank, DumpFormat format, DumpReason reason,
                      const DumpTrigger* trigger) const;
   // Dumps every local rank through the writer; returns the paths written. Thread-safe; dumps
-  // are serialised. Never throws.
-  std::vector<std::string> dump(DumpReason reason, const DumpTrigger* trigger = nullptr) noexcept;
+  // are serialised. Never throws. `unwritten`, when given, gets the rendered dump of each rank
+  // the writer could not write (a full disk), for the caller to hand on another way.
+  std::vector<std::string> dump(
+      DumpReason reason, const DumpTrigger* trigger = nullptr,
+      std::vector<std::pair<int, std::string>>* unwritten = nullptr) noexcept;
 
  private:
   struct Slot;
