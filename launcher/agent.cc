@@ -35,7 +35,6 @@ struct LocalRank {
   RankStatus status;
   std::unique_ptr<ChildProcess> process;
   bool ended = false;
-  bool stopped = false;  // Found stopped (SIGSTOP) while the job waited for its dump.
 };
 
 namespace {
@@ -488,8 +487,8 @@ void Agent::monitor(int attempt, std::vector<LocalRank>& ranks, Store& job) {
         dump_asked_at = Clock::now();
       }
       for (LocalRank& r : ranks) {
-        if (r.ended || r.stopped || !r.process->stopped()) continue;
-        r.stopped = true;
+        if (r.ended || r.status.frozen || !r.process->stopped()) continue;
+        r.status.frozen = true;
         if (dump_keys::count_dump_once(job, r.status.rank, "meshrun")) {
           say("rank {} (pid {}) is stopped (SIGSTOP or a debugger): it cannot dump its flight "
               "recorder; not waiting for it",
@@ -837,7 +836,15 @@ void Agent::report_failure(const AttemptOutcome& outcome) {
         // A rank that died without dumping is itself a finding, not a reason to analyze nothing.
         const bool incomplete =
             static_cast<int>(in.dumped_ranks.size()) < rendezvous_->world_size();
-        in.analysis = analyze(meshtrace, in.dump_dir, in.dump_name, incomplete, kMeshtraceTimeout);
+        std::map<int, std::string> notes;
+        for (const RankStatus& s : outcome.ranks) {
+          if (std::find(in.dumped_ranks.begin(), in.dumped_ranks.end(), s.rank) ==
+              in.dumped_ranks.end()) {
+            notes[s.rank] = fate_without_dump(s);
+          }
+        }
+        in.analysis =
+            analyze(meshtrace, in.dump_dir, in.dump_name, incomplete, kMeshtraceTimeout, notes);
       }
     }
     if (!report_dir_.empty()) {

@@ -60,6 +60,21 @@ std::string describe(const Failure& f) {
                      f.host, f.local_rank, f.pid, describe(f.exit), f.time);
 }
 
+std::string fate_without_dump(const RankStatus& s) {
+  if (s.frozen) {
+    return "meshrun found it stopped (SIGSTOP or a debugger) when the ranks dumped: alive but "
+           "not answering, it could not dump";
+  }
+  if (s.exit.signal != 0 && s.exit.signal != s.stop_signal) {
+    return fmt::format("it was killed by {} before it could dump", signal_name(s.exit.signal));
+  }
+  if (s.stop_signal != 0) {
+    return fmt::format("meshrun stopped it ({}) before it dumped", signal_name(s.stop_signal));
+  }
+  if (s.exit.success()) return "it exited 0 without dumping (it left the job early)";
+  return fmt::format("it {} before dumping", describe(s.exit));
+}
+
 std::string to_json(const std::vector<RankStatus>& statuses) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& s : statuses) {
@@ -70,7 +85,8 @@ std::string to_json(const std::vector<RankStatus>& statuses) {
                    {"exit", exit_json(s.exit)},
                    {"stop_signal", s.stop_signal},
                    {"end_time", s.end_time},
-                   {"dumped", s.dumped}});
+                   {"dumped", s.dumped},
+                   {"frozen", s.frozen}});
   }
   return out.dump();
 }
@@ -87,6 +103,7 @@ std::vector<RankStatus> statuses_from_json(const std::string& text) {
     s.stop_signal = j.at("stop_signal").get<int>();
     s.end_time = j.at("end_time").get<std::string>();
     s.dumped = j.at("dumped").get<bool>();
+    s.frozen = j.value("frozen", false);
     out.push_back(std::move(s));
   }
   return out;

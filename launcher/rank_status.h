@@ -26,10 +26,15 @@ struct RankStatus {
   int stop_signal = 0;   // The last signal meshrun sent it to stop it; 0 when none.
   std::string end_time;  // UTC, when its agent reaped it.
   bool dumped = false;   // Its flight-recorder dump file existed afterwards.
+  bool frozen = false;   // Found stopped (SIGSTOP, a debugger) while the job waited for dumps.
 
   // True when the rank ended badly on its own (not because meshrun stopped it).
   bool failed() const { return stop_signal == 0 && !exit.success(); }
 };
+
+// For the analysis of a rank that left no dump: how it ended, as a clause ("was found stopped
+// (SIGSTOP or a debugger) ..."); meshtrace's missing-dump finding says it.
+std::string fate_without_dump(const RankStatus& status);
 
 // The first failure of an attempt: a rank's, or a signal that meshrun itself received.
 struct Failure {

@@ -195,7 +195,13 @@ const std::set<int> kSurvivors = {0, 1, 2};
 INSTANTIATE_TEST_SUITE_P(
     Matrix, Faults,
     ::testing::Values(
-        Case{"kill9", {3}, kSurvivors, "rank 3 (node 0", "", kOpTimeout, ""},
+        Case{"kill9",
+             {3},
+             kSurvivors,
+             "rank 3 (node 0",
+             "",
+             kOpTimeout,
+             "no dump from rank 3: it was killed by SIGKILL before it could dump"},
         Case{"user_hang",
              {3},
              kAll,
@@ -214,7 +220,14 @@ INSTANTIATE_TEST_SUITE_P(
              600s,
              "rank 3 has left: it returned from its program (at the end-of-run barrier) after "
              "'mesh0/"},
-        Case{"sigstop", {3}, kSurvivors, "rank ", "", kOpTimeout, "rank 3 (pid "},
+        Case{"sigstop",
+             {3},
+             kSurvivors,
+             "rank ",
+             "",
+             kOpTimeout,
+             "no dump from rank 3: meshrun found it stopped (SIGSTOP or a debugger) when the "
+             "ranks dumped"},
         Case{"wrong_op", {3}, kAll, "rank ", "", kOpTimeout, ""},
         Case{"sizes", {3}, kAll, "rank ", "", kOpTimeout, ""},
         Case{"p2p", {2}, kAll, "rank ", "", kOpTimeout, ""},

@@ -110,6 +110,9 @@ struct AnalyzeOptions {
   bool allow_incomplete_ranks = false;  // Missing dumps become a finding instead of an error.
   unsigned threads = 0;                 // Loading threads; 0: one per core.
   InputLimits limits;                   // Bytes of dumps read at most.
+  // What the launcher knows of ranks that left no dump ("stopped (SIGSTOP) ..."), by rank: a
+  // missing-dump finding says it instead of "may have crashed or exited before dumping".
+  std::map<int, std::string> rank_notes{};
 };
 
 // Throws InputError unless every dump has the same `version` ("<int>.<int>") and the same

@@ -941,6 +941,22 @@ class Matcher {
 
   // ---- missing dumps ------------------------------------------------------------------------
 
+  // How ranks without a dump ended, as the launcher told (rank_notes), else what is likely.
+  std::string fate(const std::vector<int>& missing) const {
+    std::vector<std::string> known;
+    for (const int r : missing) {
+      const auto it = options_.rank_notes.find(r);
+      if (it == options_.rank_notes.end()) {
+        known.clear();
+        break;
+      }
+      known.push_back(missing.size() == 1 ? it->second : fmt::format("rank {} {}", r, it->second));
+    }
+    if (!known.empty()) return fmt::format("{}", fmt::join(known, "; "));
+    return missing.size() == 1 ? "it may have crashed or exited before dumping"
+                               : "they may have crashed or exited before dumping";
+  }
+
   void add_missing_dump_finding() {
     const std::vector<int>& missing = m_.missing_dumps;
     if (missing.empty()) return;
@@ -997,10 +1013,9 @@ class Matcher {
         .culprit_ranks = missing,
         .missing_ranks = missing,
         .detail = fmt::format(
-            "no dump from {}: {} may have crashed or exited before dumping{}; ops involving {} "
-            "were judged from the other ranks' records only",
-            ranks_phrase(missing), missing.size() == 1 ? "it" : "they", seen,
-            missing.size() == 1 ? "it" : "them"),
+            "no dump from {}: {}{}; ops involving {} were judged from the other ranks' records "
+            "only",
+            ranks_phrase(missing), fate(missing), seen, missing.size() == 1 ? "it" : "them"),
         .root = true,
         .divergence = std::nullopt};
     d.key = OpKey{.group = UINT32_MAX};

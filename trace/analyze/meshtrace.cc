@@ -36,12 +36,17 @@ struct AnalyzeArgs {
   meshrt::trace::EntriesTableOptions table;
   uint64_t max_input_mib = meshrt::trace::InputLimits{}.file_bytes >> 20;
   uint64_t max_total_input_mib = meshrt::trace::InputLimits{}.total_bytes >> 20;
+  std::vector<std::string> rank_notes;  // RANK=TEXT.
 };
 
 int run_analyze(AnalyzeArgs args) {
   using namespace meshrt::trace;
   args.options.limits.file_bytes = args.max_input_mib << 20;
   args.options.limits.total_bytes = args.max_total_input_mib << 20;
+  for (const std::string& note : args.rank_notes) {
+    const size_t eq = note.find('=');
+    args.options.rank_notes[std::stoi(note.substr(0, eq))] = note.substr(eq + 1);
+  }
   if (args.just_print_entries) {
     std::vector<DumpFile> files = find_dump_files(args.dir, args.options.prefix);
     if (!args.table.ranks.empty()) {
@@ -122,6 +127,16 @@ int main(int argc, char** argv) {
                       "File name prefix before the rank (default: inferred, must be common)");
   analyze->add_flag("--allow-incomplete-ranks", args.options.allow_incomplete_ranks,
                     "Analyze even if some group members left no dump (finding missing_dump)");
+  analyze
+      ->add_option("--rank-note", args.rank_notes,
+                   "RANK=TEXT: what is known of a rank without a dump (meshrun passes how it "
+                   "ended), said in its missing_dump finding")
+      ->check([](const std::string& v) {
+        const size_t eq = v.find('=');
+        return eq == std::string::npos || eq == 0 || v.find_first_not_of("0123456789") < eq
+                   ? std::string("expected RANK=TEXT")
+                   : std::string();
+      });
   CLI::Option* entries =
       analyze->add_flag("-j,--just-print-entries", args.just_print_entries,
                         "Print the raw entries side by side, one column per rank, and exit");
