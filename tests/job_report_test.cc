@@ -320,6 +320,28 @@ TEST_F(JobReportTest, ShowsEverySectionWithItsNumbersRounded) {
   EXPECT_FALSE(contains(r.html, "<link"));
 }
 
+// The header names a straggler only when the evidence says so: last to most of its collectives
+// and waited for far longer than anyone else.
+TEST_F(JobReportTest, CallsARankAStragglerOnlyWhenItComesLastMostOfTheTime) {
+  write_complete_job();
+  std::string html = report().html;
+  EXPECT_TRUE(contains(html,
+                       "<div class=\"label\">Most waited for</div><div class=\"value\">"
+                       "rank 1</div><div class=\"detail\">last to 3 of its 20 "
+                       "collectives;"))
+      << html;
+  EXPECT_FALSE(contains(html, ">Straggler<")) << html;
+  json st = straggler_report();
+  st["ranks"][1]["times_last"] = 18;
+  write("stragglers.json", st);
+  html = report().html;
+  EXPECT_TRUE(contains(html,
+                       "<div class=\"card warn\"><div class=\"label\">Straggler</div>"
+                       "<div class=\"value\">rank 1</div><div class=\"detail\">last to "
+                       "18 of its 20 collectives; the others waited "))
+      << html;
+}
+
 TEST_F(JobReportTest, SaysWhatIsMissingAndWhatProducesIt) {
   JobReport r = report();
   json data = json::parse(r.data);

@@ -313,7 +313,8 @@ Json read_stragglers(const fs::path& path, Dims& dims, std::set<int>& ranks) {
       rank_rows[r.at("rank").get<int>()] = {
           {"total_lateness_ms", r.at("lateness_ms").get<double>()},
           {"wait_ms", r.at("wait_ms").get<double>()},
-          {"times_last_total", r.at("times_last").get<uint64_t>()}};
+          {"times_last_total", r.at("times_last").get<uint64_t>()},
+          {"ops", r.value("ops", uint64_t{0})}};
     }
     for (const auto& [rank, by_dim] : late) rank_rows.try_emplace(rank, Json::object());
     Json heat = Json::array();
@@ -327,7 +328,7 @@ Json read_stragglers(const fs::path& path, Dims& dims, std::set<int>& ranks) {
         times[dim] = cell == listed.end() ? Json(nullptr) : Json(cell->second.second);
       }
       Json row = {{"rank", rank}, {"lateness_ms", lateness}, {"times_last", times}};
-      for (const char* key : {"total_lateness_ms", "wait_ms", "times_last_total"}) {
+      for (const char* key : {"total_lateness_ms", "wait_ms", "times_last_total", "ops"}) {
         row[key] = totals.value(key, Json(nullptr));
       }
       heat.push_back(std::move(row));

@@ -178,19 +178,34 @@ std::string size_text(const Json& point) {
                      human_bytes(static_cast<double>(hi)));
 }
 
-// The rank the others waited for longest.
+// The rank the others waited for longest; called a straggler when it came last to at least half
+// of its collectives and the others waited at least twice as long for it as for anyone else.
 std::string straggler_card(const Json& ranks) {
   const Json* worst = nullptr;
+  double second = 0;
   for (const Json& r : ranks) {
     const Json& l = r.at("total_lateness_ms");
     if (l.is_null() || l.get<double>() <= 0) continue;
-    if (!worst || l.get<double>() > worst->at("total_lateness_ms").get<double>()) worst = &r;
+    const double ms = l.get<double>();
+    if (!worst || ms > worst->at("total_lateness_ms").get<double>()) {
+      if (worst) second = worst->at("total_lateness_ms").get<double>();
+      worst = &r;
+    } else {
+      second = std::max(second, ms);
+    }
   }
   if (!worst) return "";
-  return card("", "Most waited for", fmt::format("rank {}", worst->at("rank").get<int>()),
-              fmt::format("the others waited {} for it in all (last {} times)",
-                          human_ms(worst->at("total_lateness_ms").get<double>()),
-                          worst->at("times_last_total").dump()));
+  const double late = worst->at("total_lateness_ms").get<double>();
+  const uint64_t last = worst->value("times_last_total", Json(0)).get<uint64_t>();
+  const uint64_t ops = worst->value("ops", Json(0)).get<uint64_t>();
+  const bool straggler = ops > 0 && 2 * last >= ops && late >= 2 * second;
+  return card(straggler ? "warn" : "", straggler ? "Straggler" : "Most waited for",
+              fmt::format("rank {}", worst->at("rank").get<int>()),
+              ops > 0 ? fmt::format("last to {} of its {} collectives; the others waited {} for it "
+                                    "in all",
+                                    last, ops, human_ms(late))
+                      : fmt::format("the others waited {} for it in all (last {} times)",
+                                    human_ms(late), last));
 }
 
 // The title, what the job was (directory, ranks, dims) and the headline numbers.
