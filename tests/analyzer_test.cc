@@ -366,6 +366,40 @@ TEST_F(AnalyzerTest, ARankThatSkipsOneDimAndGoesOnIsTheCulpritNotACycle) {
   }
 }
 
+// Issue #28's nested split: a split of the tp communicator of ranks 2 and 3 runs 3200 ops (the
+// 2000-record rings wrapped); rank 3 skips #3201 and goes to the world barrier that follows,
+// where ranks 0 and 1 wait too. Only rank 3 is a root; rank 2, blocked in the split's #3201, is
+// a victim in the barrier, and the split's finding carries its parent's dim.
+TEST_F(AnalyzerTest, ASkipInANestedSplitBlamesOnlyTheRankThatSkipped) {
+  FrJob job = testing::dp_tp_job(2, 2);
+  job.add_group({"mesh0/tp/split0", "split", {2, 3}, "tp"});
+  job.collective("world", "barrier", 1);
+  for (int i = 0; i < 3200; ++i) {
+    for (const int r : {2, 3}) job.call(r, "mesh0/tp/split0", "all_reduce", 64);
+  }
+  job.call(2, "mesh0/tp/split0", "all_reduce", 64, "started");
+  for (const int r : {0, 1, 3}) job.call(r, "world", "barrier", 1, "started");
+  for (int r = 0; r < 4; ++r) job.keep_last(r, 2000);
+  job.write(dir_);
+  const Report report = analyze();
+  EXPECT_EQ(root_blame(report), std::vector<int>{3}) << describe(report);
+  // Not a deadlock: rank 3's own order (all_reduce after all_reduce) has it call the split's
+  // #3201, as rank 2 does; it called the barrier instead.
+  const Finding& root = report.findings.front();
+  EXPECT_TRUE(root.root);
+  EXPECT_FALSE(root.cycle) << describe(report);
+  EXPECT_NE(root.detail.find("rank 3 skipped all_reduce #3201 (issued by rank 2): its own ops "
+                             "repeat in a fixed order that puts its next op on mesh0/tp/split0, "
+                             "where its peers wait, but it called barrier #2 on world instead"),
+            std::string::npos)
+      << describe(report);
+  for (const Finding& f : report.findings) {
+    if (f.group == "mesh0/tp/split0") {
+      EXPECT_EQ(f.mesh_dim, "tp") << describe(report);
+    }
+  }
+}
+
 // The same waits without anyone going on (ranks 0 and 1 call a and b in opposite orders): a real
 // deadlock, both roots.
 TEST_F(AnalyzerTest, OppositeOrdersStayADeadlockWithoutAGoOnCulprit) {

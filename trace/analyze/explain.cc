@@ -222,7 +222,10 @@ class Explainer {
     if (g.member_dump[m] < 0 || g.member_slot[m] < 0) return -1;
     const RankGroup& rg = m_.states[g.member_dump[m]].groups[g.member_slot[m]];
     const CollOp* op = rg.find(seq);
-    return op == nullptr ? -1 : rg.first_entry(*op);
+    if (op == nullptr) return -1;
+    // An op known only from the group's counters (its record overwritten) has no entry.
+    const uint32_t entry = rg.first_entry(*op);
+    return entry < m_.dumps[g.member_dump[m]].entries.size() ? static_cast<int64_t>(entry) : -1;
   }
 
   // Whether `rank`, which never issued collective `d`, completed more ops elsewhere after its
@@ -268,6 +271,61 @@ class Explainer {
         "elsewhere ({}{}), where rank {} ran {} before entering it",
         rank, went, went == 1 ? "" : "s", fmt::join(done, ", "), went > 3 ? ", ..." : "",
         fewest_rank, fewest);
+  }
+
+  // Whether the op at entries[at] of dump `di` is what that rank's own recent ops predict: the
+  // shortest period p (up to 16) with which its last max(3p, 6) ops before it repeat (by group,
+  // op and call site) predicts entries[at - p]. nullopt when its history shows no clear period.
+  std::optional<bool> keeps_own_pattern(size_t di, size_t at) const {
+    const RankDump& d = m_.dumps[di];
+    auto key = [&](size_t i) {
+      const DumpEntry& e = d.entries[i];
+      return std::tuple(m_.states[di].global_group[e.group], e.type, e.caller);
+    };
+    for (size_t p = 1; p <= 16; ++p) {
+      const size_t need = std::max<size_t>(3 * p, 6);
+      if (at < need) break;
+      bool periodic = true;
+      for (size_t i = at - need; i + p < at && periodic; ++i) periodic = key(i) == key(i + p);
+      if (periodic) return key(at) == key(at - p);
+    }
+    return std::nullopt;
+  }
+
+  // A cycle of not_joined waits, each blaming one rank, where exactly one of those ranks waits in
+  // an op its own history does not predict while every other one's op continues its pattern:
+  // that rank left the program's order (it skipped the op its peer waits in) and the cycle is
+  // its consequence, not a deadlock. Returns the draft that rank is blamed in, or -1.
+  int departed_in_cycle(const std::vector<int>& cycle, std::string* why) const {
+    const std::vector<Draft>& drafts = m_.drafts;
+    int departed = -1;
+    for (const int c : cycle) {
+      const Draft& d = drafts[c];
+      if (d.finding.kind != FindingKind::kNotJoined || d.key.src >= 0 ||
+          d.finding.culprit_ranks.size() != 1) {
+        return -1;
+      }
+      const int r = d.finding.culprit_ranks.front();
+      const int32_t di = r < static_cast<int>(m_.dump_of_rank.size()) ? m_.dump_of_rank[r] : -1;
+      if (di < 0) return -1;
+      const RankDump& dump = m_.dumps[di];
+      size_t at = 0;
+      while (at < dump.entries.size() && dump.entries[at].state == EntryState::kCompleted) ++at;
+      if (at == dump.entries.size()) return -1;
+      const std::optional<bool> keeps = keeps_own_pattern(di, at);
+      if (!keeps) return -1;
+      if (*keeps) continue;
+      if (departed >= 0) return -1;
+      departed = c;
+      const DumpEntry& e = dump.entries[at];
+      *why = fmt::format(
+          "its own ops repeat in a fixed order that puts its next op on {}, where its peers wait, "
+          "but it called {} {} on {} instead",
+          m_.groups[d.key.group].name, m_.type_name(e),
+          e.is_p2p ? fmt::format("#{}", e.p2p_seq) : fmt::format("#{}", e.collective_seq),
+          m_.groups[m_.states[di].global_group[e.group]].name);
+    }
+    return departed;
   }
 
   void find_causes() {
@@ -339,6 +397,13 @@ class Explainer {
       }
       if (i >= 0 && mark[i] == 1) {
         const auto cycle = std::find(path.begin(), path.end(), i);
+        std::string why;
+        if (const int c = departed_in_cycle(std::vector<int>(cycle, path.end()), &why); c >= 0) {
+          next[c] = -1;  // The others' waits lead to it.
+          drafts[c].went_on = std::move(why);
+          for (const int p : path) mark[p] = 2;
+          continue;
+        }
         // A p2p deadlock traced to one op on a channel its peer never used: that op's issuer
         // (who sent to or received from the wrong peer) is the root, and the cycle follows.
         const auto fresh =
