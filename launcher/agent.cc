@@ -479,26 +479,24 @@ void Agent::monitor(int attempt, std::vector<LocalRank>& ranks, Store& job) {
   // Once some rank asked for dumps: a rank found stopped (SIGSTOP) cannot dump, so it is
   // counted as done at once, and neither its peers' watchdogs nor this agent wait the dump
   // timeout for it; the ranks' wait and this agent's then end together.
+  // Store errors propagate as the loop's other requests' do: a lost store ends the attempt.
   std::optional<Clock::time_point> dump_asked_at;
   auto watch_dumps = [&] {
-    try {
-      if (!dump_asked_at) {
-        if (!dump_requested(job)) return;
-        dump_asked_at = Clock::now();
+    if (!dump_asked_at) {
+      if (!dump_requested(job)) return;
+      dump_asked_at = Clock::now();
+    }
+    for (LocalRank& r : ranks) {
+      if (r.ended || r.status.frozen || !r.process->stopped()) continue;
+      r.status.frozen = true;
+      if (dump_keys::count_dump_once(job, r.status.rank, "meshrun")) {
+        say("rank {} (pid {}) is stopped (SIGSTOP or a debugger): it cannot dump its flight "
+            "recorder; not waiting for it",
+            r.status.rank, r.status.pid);
       }
-      for (LocalRank& r : ranks) {
-        if (r.ended || r.status.frozen || !r.process->stopped()) continue;
-        r.status.frozen = true;
-        if (dump_keys::count_dump_once(job, r.status.rank, "meshrun")) {
-          say("rank {} (pid {}) is stopped (SIGSTOP or a debugger): it cannot dump its flight "
-              "recorder; not waiting for it",
-              r.status.rank, r.status.pid);
-        }
-      }
-    } catch (const std::exception& e) {
-      say("cannot read the job's dump signal: {}", e.what());
     }
   };
+
   // Only ranks still running are signalled (and marked as stopped by meshrun). A stopped rank
   // gets SIGCONT after the signal, as a shell does for its stopped jobs: otherwise a SIGTERM
   // would wait until the grace period's SIGKILL.

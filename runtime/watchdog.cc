@@ -298,7 +298,9 @@ void Watchdog::check_left_peers() {
     left_peers_.clear();
     left_peers_generation_ = g;
   }
-  if (waiting.empty()) return;
+  // A store that stopped answering costs each request its reconnect attempts: after a failure,
+  // leave the watchdog's time to what still works (dump requests through the FIFO).
+  if (waiting.empty() || now < left_peers_retry_ns_) return;
   try {
     if (store->add(exit_keys::kRecords, 0) <= 0) return;
     for (const trace::OpRecord& rec : waiting) {
@@ -360,6 +362,7 @@ void Watchdog::check_left_peers() {
       return;
     }
   } catch (const std::exception& e) {
+    left_peers_retry_ns_ = trace::steady_now_ns() + 10'000'000'000;
     log().debug("reading the peers' exit records failed: {}", e.what());
   }
 }

@@ -147,6 +147,7 @@ class Watchdog {
   std::map<int, LeftPeer> left_peers_;       // Peers' exit records by global rank; watchdog thread.
   std::atomic<uint64_t> job_generation_{0};  // Bumped per job: left_peers_ are of an old one.
   uint64_t left_peers_generation_ = 0;       // Watchdog thread only.
+  int64_t left_peers_retry_ns_ = 0;  // No exit records read before (a store failure); watchdog.
   std::shared_ptr<Store> store_;
   int world_size_ = 0;
   TimeoutPolicy default_policy_ = TimeoutPolicy::kAbort;
