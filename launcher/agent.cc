@@ -57,6 +57,8 @@ constexpr milliseconds kMeshtraceTimeout{60000};
 constexpr milliseconds kLeaveMargin{10000};
 // While stopping ranks, poll faster than the monitor interval: the job is waiting on us.
 constexpr milliseconds kStoppingPoll{20};
+// How often an agent looks for a dump request (to count its stopped ranks' dumps for them).
+constexpr milliseconds kDumpSignalLook{500};
 
 // meshrun's own lines go to stderr, whole.
 template <typename... Args>
@@ -481,6 +483,7 @@ void Agent::monitor(int attempt, std::vector<LocalRank>& ranks, Store& job) {
   // timeout for it; the ranks' wait and this agent's then end together.
   // Store errors propagate as the loop's other requests' do: a lost store ends the attempt.
   std::optional<Clock::time_point> dump_asked_at;
+  Clock::time_point next_dump_look = Clock::now();
   auto watch_dumps = [&] {
     if (!dump_asked_at) {
       if (!dump_requested(job)) return;
@@ -568,7 +571,12 @@ void Agent::monitor(int attempt, std::vector<LocalRank>& ranks, Store& job) {
 
   for (;;) {
     LocalRank* failed = reap();
-    if (!stopping) watch_dumps();
+    // Every 500 ms, as the ranks' watchdogs poll the signal: agents of many nodes share node 0's
+    // store.
+    if (!stopping && Clock::now() >= next_dump_look) {
+      watch_dumps();
+      next_dump_look = Clock::now() + kDumpSignalLook;
+    }
     const int interrupts = interrupt_count();
     if (interrupts > interrupts_seen) {
       if (interrupts_seen == 0) {

@@ -51,8 +51,8 @@ int64_t began_ns(const trace::OpRecord& r) { return r.start_ns != 0 ? r.start_ns
 
 }  // namespace
 
-void ProgressPublisher::tick(const std::vector<CommSample>& comms, Store* store) {
-  if (!enabled()) return;
+bool ProgressPublisher::tick(const std::vector<CommSample>& comms, Store* store) {
+  if (!enabled()) return true;
   const int64_t now = trace::steady_now_ns();
   std::vector<int> ranks;
   for (const CommSample& c : comms) {
@@ -98,7 +98,7 @@ void ProgressPublisher::tick(const std::vector<CommSample>& comms, Store* store)
     clock.activity = activity;
     clock.busy_marker = marker;
   }
-  if (store == nullptr) return;
+  if (store == nullptr) return true;
   try {
     if (now >= next_request_poll_ns_) {
       next_request_poll_ns_ = now + options_.request_poll.count() * 1'000'000;
@@ -122,7 +122,9 @@ void ProgressPublisher::tick(const std::vector<CommSample>& comms, Store* store)
   } catch (const std::exception& e) {
     // The job's store is gone or slow: progress is best effort and must not stop the watchdog.
     log().debug("cannot publish live progress: {}", e.what());
+    return false;
   }
+  return true;
 }
 
 std::string ProgressPublisher::record(int rank, const std::vector<CommSample>& comms,

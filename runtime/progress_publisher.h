@@ -54,7 +54,8 @@ class ProgressPublisher {
 
   // Called every watchdog poll with the communicators of this process: tracks when each local
   // rank was last seen in an op, and publishes / answers requests when their period is due.
-  void tick(const std::vector<CommSample>& comms, Store* store);
+  // Returns false when a request to `store` failed (progress is best effort: it never throws).
+  bool tick(const std::vector<CommSample>& comms, Store* store);
 
   // The JSON progress record of global rank `rank` (exposed for tests).
   std::string record(int rank, const std::vector<CommSample>& comms, int64_t now_ns) const;

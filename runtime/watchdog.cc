@@ -128,7 +128,16 @@ void Watchdog::publish_progress() {
                                   [&](const CommSample& s) { return s.info == info; });
     if (!seen) samples.push_back({std::move(info), std::nullopt});
   }
-  progress_.tick(samples, store.get());
+  if (!progress_.tick(samples, store_quiet() ? nullptr : store.get())) store_failed();
+}
+
+bool Watchdog::store_quiet() const {
+  return trace::steady_now_ns() < store_quiet_until_ns_.load(std::memory_order_relaxed);
+}
+
+void Watchdog::store_failed() {
+  constexpr int64_t kQuietNs = 3'000'000'000;
+  store_quiet_until_ns_.store(trace::steady_now_ns() + kQuietNs, std::memory_order_relaxed);
 }
 
 void Watchdog::set_job_store(std::shared_ptr<Store> store, std::string run_id, int world_size) {
@@ -298,9 +307,7 @@ void Watchdog::check_left_peers() {
     left_peers_.clear();
     left_peers_generation_ = g;
   }
-  // A store that stopped answering costs each request its reconnect attempts: after a failure,
-  // leave the watchdog's time to what still works (dump requests through the FIFO).
-  if (waiting.empty() || now < left_peers_retry_ns_) return;
+  if (waiting.empty() || store_quiet()) return;
   try {
     if (store->add(exit_keys::kRecords, 0) <= 0) return;
     for (const trace::OpRecord& rec : waiting) {
@@ -362,7 +369,7 @@ void Watchdog::check_left_peers() {
       return;
     }
   } catch (const std::exception& e) {
-    left_peers_retry_ns_ = trace::steady_now_ns() + 10'000'000'000;
+    store_failed();
     log().debug("reading the peers' exit records failed: {}", e.what());
   }
 }
@@ -393,7 +400,7 @@ void Watchdog::poll_remote_signal() {
     std::lock_guard lock(mu_);
     store = store_;
   }
-  if (!store || dumped_.load()) return;
+  if (!store || dumped_.load() || store_quiet()) return;
   try {
     const std::string key = kDumpSignal;
     if (!store->check(std::span<const std::string>(&key, 1))) return;
@@ -415,6 +422,7 @@ void Watchdog::poll_remote_signal() {
     job_failed_.store(true);
     dump_once(trace::DumpReason::kRemote, &t);
   } catch (const std::exception& e) {
+    store_failed();
     log().debug("dump signal poll failed: {}", e.what());
   }
 }

@@ -130,6 +130,10 @@ class Watchdog {
   void progress_all();
   // Live progress (runtime/progress_publisher.h): samples every communicator, publishes when due.
   void publish_progress();
+  // Whether the watchdog thread leaves the store alone for now (store_quiet_until_ns_), and the
+  // start of such a pause after a failed request.
+  bool store_quiet() const;
+  void store_failed();
   void poll_pipe();
   void fire(trace::DumpReason reason, const trace::DumpTrigger& trigger);
   void dump_once(trace::DumpReason reason, const trace::DumpTrigger* trigger);
@@ -147,7 +151,10 @@ class Watchdog {
   std::map<int, LeftPeer> left_peers_;       // Peers' exit records by global rank; watchdog thread.
   std::atomic<uint64_t> job_generation_{0};  // Bumped per job: left_peers_ are of an old one.
   uint64_t left_peers_generation_ = 0;       // Watchdog thread only.
-  int64_t left_peers_retry_ns_ = 0;  // No exit records read before (a store failure); watchdog.
+  // A store request of the watchdog thread failed: none until then (steady ns). A lost store
+  // costs each request its reconnect attempts, and the FIFO dumps meshrun then asks for must
+  // not wait behind them.
+  std::atomic<int64_t> store_quiet_until_ns_{0};
   std::shared_ptr<Store> store_;
   int world_size_ = 0;
   TimeoutPolicy default_policy_ = TimeoutPolicy::kAbort;
