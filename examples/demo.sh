@@ -2,8 +2,8 @@
 # The README's demo, against a build tree: meshrun on 4 local CPU ranks (Gloo on loopback).
 #   1. a tensor-parallel MLP trained on a 2x2 dp x tp DeviceMesh (the loss must go down), then
 #      the comm logger's summary by mesh dim and the scope tree, and the job report page;
-#   2. a forced hang (rank 0 runs an extra all_reduce): the watchdog times it out, every rank
-#      dumps its flight recorder, and meshrun prints the failure summary and meshtrace's verdict.
+#   2. a forced hang (rank 0 runs an extra all_reduce): its watchdog sees the others have left the
+#      job, every rank dumps, and meshrun prints the failure summary and meshtrace's verdict.
 # .ci/demo.sh installs and builds, then runs this; `meson test demo` runs it as it is, with no
 # MESHRT_* variable set, so that what a user types is what is tested.
 # Usage: examples/demo.sh BUILD_DIR [OUT_DIR]   (OUT_DIR keeps the logs, dumps and report)

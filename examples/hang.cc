@@ -1,7 +1,7 @@
 // hang: PyTorch's Flight Recorder tutorial program in C++. Every rank runs four all_reduces, but
 // rank 0 runs one more in the middle, so its last all_reduce (#5) waits for partners that never
-// come. The watchdog times it out, every rank dumps its flight recorder, and
-// `meshtrace analyze` names what happened.
+// come. Its watchdog ends it (the others have left the job, or at the timeout), every rank dumps
+// its flight recorder, and `meshtrace analyze` names what happened.
 //
 //   MESHRT_DUMP_PREFIX=/tmp/fr_ <torchrun-style env> hang --timeout-ms 2000
 //   hang --backend inproc --world 4 --timeout-ms 500
