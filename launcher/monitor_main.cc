@@ -50,7 +50,7 @@ void say_url(const meshrt::launcher::StatusServer* server) {
 // dumps, here while the ranks wait for it (they hold the job open until kPostMortemDone), and
 // in <dir>/post_mortem.txt.
 void post_mortem(meshrt::Store& job, int world_size, const std::string& dump_prefix,
-                 const std::string& dir) {
+                 const std::string& dir, std::chrono::system_clock::time_point started) {
   using namespace meshrt::launcher;
   namespace fs = std::filesystem;
   try {
@@ -60,9 +60,15 @@ void post_mortem(meshrt::Store& job, int world_size, const std::string& dump_pre
     const fs::path prefix(dump_prefix);
     const std::string dump_dir = prefix.has_parent_path() ? prefix.parent_path().string() : ".";
     const std::string name = prefix.filename().string();
+    // The default prefix is every job's on this host: a file older than this monitor, or of a
+    // rank beyond this world, is an earlier job's, and meshtrace is told to leave it out.
+    const auto since = std::chrono::floor<std::chrono::seconds>(started);
+    const auto written_since = std::chrono::file_clock::from_sys(since);
     std::vector<int> dumped;
     for (int r = 0; r < world_size; ++r) {
-      if (fs::exists(fmt::format("{}/{}{}", dump_dir, name, r))) dumped.push_back(r);
+      std::error_code ec;
+      const auto t = fs::last_write_time(fmt::format("{}/{}{}", dump_dir, name, r), ec);
+      if (!ec && t >= written_since) dumped.push_back(r);
     }
     if (dumped.empty()) {
       say(
@@ -75,7 +81,9 @@ void post_mortem(meshrt::Store& job, int world_size, const std::string& dump_pre
     } else {
       const MeshtraceRun run =
           analyze(meshtrace, dump_dir, name, static_cast<int>(dumped.size()) < world_size,
-                  std::chrono::seconds(15));
+                  std::chrono::seconds(15), {},
+                  {"--world-size", std::to_string(world_size), "--since",
+                   std::to_string(since.time_since_epoch().count())});
       std::string text =
           fmt::format("post-mortem ({}, exit status {}):\n", run.command, run.exit_code);
       std::istringstream lines(run.output);
@@ -129,6 +137,7 @@ int main(int argc, char** argv) {
                  "`meshtrace analyze` on those dumps");
   CLI11_PARSE(app, argc, argv);
 
+  const auto started = std::chrono::system_clock::now();
   install_signal_handlers();
   // Dies with rank 0 even when rank 0 is killed outright.
   ::prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -166,7 +175,7 @@ int main(int argc, char** argv) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       if (!post_mortem_done && dump_requested(*job)) {
         post_mortem_done = true;
-        post_mortem(*job, world_size, dump_prefix, dir);
+        post_mortem(*job, world_size, dump_prefix, dir, started);
       }
     }
     // Rank 0 is leaving: end now, without waiting for a store reply or a meshtrace run in flight

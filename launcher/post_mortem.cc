@@ -95,12 +95,14 @@ MeshtraceRun run_meshtrace(const std::string& meshtrace, const std::vector<std::
 
 MeshtraceRun analyze(const std::string& meshtrace, const std::string& dir,
                      const std::string& prefix, bool incomplete, milliseconds timeout,
-                     const std::map<int, std::string>& rank_notes) {
+                     const std::map<int, std::string>& rank_notes,
+                     const std::vector<std::string>& more_args) {
   std::vector<std::string> args = {"analyze", dir, "--prefix", prefix};
   if (incomplete) args.push_back("--allow-incomplete-ranks");
   for (const auto& [rank, note] : rank_notes) {
     args.push_back(fmt::format("--rank-note={}={}", rank, note));
   }
+  args.insert(args.end(), more_args.begin(), more_args.end());
   return run_meshtrace(meshtrace, args, timeout);
 }
 

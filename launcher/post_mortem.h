@@ -54,11 +54,12 @@ MeshtraceRun run_meshtrace(const std::string& meshtrace, const std::vector<std::
                            std::chrono::milliseconds timeout);
 
 // Runs `<meshtrace> analyze <dir> --prefix <prefix>` (plus --allow-incomplete-ranks when some
-// ranks left no dump, and --rank-note R=TEXT for what is known of them): exit status 0 no problem,
-// 1 problem found, 2 bad input.
+// ranks left no dump, --rank-note R=TEXT for what is known of them, and `more_args`): exit status
+// 0 no problem, 1 problem found, 2 bad input.
 MeshtraceRun analyze(const std::string& meshtrace, const std::string& dir,
                      const std::string& prefix, bool incomplete, std::chrono::milliseconds timeout,
-                     const std::map<int, std::string>& rank_notes = {});
+                     const std::map<int, std::string>& rank_notes = {},
+                     const std::vector<std::string>& more_args = {});
 
 // Runs `<meshtrace> report <dir>` (plus `--dumps <dumps_dir> --prefix <prefix>` when dumps_dir
 // is not empty), which writes <dir>/report.html.

@@ -1301,6 +1301,42 @@ TEST_F(AnalyzerTest, PrefixInferenceAndFiles) {
   EXPECT_EQ(cli("analyze " + dir_.string() + " --prefix trace_rank_").exit_code, 0);
 }
 
+// Jobs without meshrun share the default prefix /tmp/meshrt_fr_: meshrt-monitor tells meshtrace
+// the job's world size and start, so that an earlier, larger job's files are left out, not read as
+// this job's (which would refuse: "world_size 24 but ... 2") or blamed.
+TEST_F(AnalyzerTest, AnEarlierJobsFilesAreLeftOutWhenTheJobIsNamed) {
+  FrJob old_job = world_job(4);
+  old_job.collective("world", "all_reduce", 4);
+  old_job.call(0, "world", "all_reduce", 4);  // Rank 0 waits in #2: the others "hung".
+  old_job.write(dir_);
+  const auto long_ago = fs::file_time_type::clock::now() - std::chrono::hours(1);
+  for (int r = 0; r < 4; ++r) fs::last_write_time(dir_ / fmt::format("fr_{}", r), long_ago);
+  FrJob job = world_job(2);
+  job.collective("world", "all_reduce", 4);
+  job.write(dir_);
+  EXPECT_EQ(cli("analyze " + dir_.string()).exit_code, 2);  // Mixed: refused.
+
+  const auto start = std::chrono::floor<std::chrono::seconds>(std::chrono::system_clock::now() -
+                                                              std::chrono::minutes(1));
+  const CliResult r = cli(fmt::format("analyze {} --world-size 2 --since {}", dir_.string(),
+                                      start.time_since_epoch().count()));
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("2 ranks [0, 1]"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("fr_3: rank 3 is outside this job's world of 2"), std::string::npos)
+      << r.err;
+
+  // A rank of this job that left no dump: its old file is not taken for it.
+  fs::last_write_time(dir_ / "fr_1", long_ago);
+  const CliResult one = cli(fmt::format("analyze {} --world-size 2 --since {}", dir_.string(),
+                                        start.time_since_epoch().count()));
+  EXPECT_NE(one.err.find("fr_1: last written before this job began"), std::string::npos) << one.err;
+  EXPECT_EQ(one.exit_code, 2) << one.out << one.err;  // Rank 1's dump is missing.
+  EXPECT_EQ(cli(fmt::format("analyze {} --world-size 2 --since {} --allow-incomplete-ranks",
+                            dir_.string(), start.time_since_epoch().count()))
+                .exit_code,
+            1);
+}
+
 TEST_F(AnalyzerTest, CliJsonAndFlags) {
   FrJob job = world_job(4);
   job.collective("world", "all_reduce", 4);

@@ -2,20 +2,26 @@
 // 4, 8 and 9 ranks (through shared memory, in one chunk and in many, and over TCP, all_reduce both
 // by recursive doubling and by the ring), p2p and split, a peer that dies mid-job, an abort, and
 // the shared-memory knob's bounds.
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
+#include <random>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -112,6 +118,72 @@ TEST(Gloo, TheNextJobSweepsSegmentNamesLeftByDeadCreators) {
   EXPECT_TRUE(std::filesystem::exists(alive));
   std::filesystem::remove(fresh);
   std::filesystem::remove(alive);
+}
+
+// Writes random bytes over the slots of the shared-memory segment of a process whose command
+// line holds `marker`, as any process of the job's user can (through /proc/<pid>/map_files: the
+// segment is unlinked once mapped), until `stop` or 40 s. Leaves each rank's 64-byte control line
+// alone, so that ranks keep meeting. Returns why it could not, or "".
+std::string scribble_over_segment(const std::string& marker, const std::atomic<bool>& stop) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(40);
+  std::string why = "no rank mapped a meshrt segment";
+  while (!stop && std::chrono::steady_clock::now() < until) {
+    for (int pid : processes_with(marker)) {
+      std::ifstream maps(fmt::format("/proc/{}/maps", pid));
+      for (std::string line; std::getline(maps, line);) {
+        if (line.find("/dev/shm/meshrt-") == std::string::npos) continue;
+        const std::string range = line.substr(0, line.find(' '));
+        const int fd = ::open(fmt::format("/proc/{}/map_files/{}", pid, range).c_str(), O_RDWR);
+        if (fd < 0)
+          return fmt::format("open /proc/{}/map_files/{}: {}", pid, range, std::strerror(errno));
+        const size_t bytes = std::stoul(range.substr(range.find('-') + 1), nullptr, 16) -
+                             std::stoul(range, nullptr, 16);
+        void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        ::close(fd);
+        if (base == MAP_FAILED) return "mmap failed";
+        auto* words = static_cast<uint64_t*>(base);
+        std::mt19937_64 rng(42);
+        const size_t first = 2 * 64 / sizeof(uint64_t);  // Two ranks' control lines.
+        while (!stop && std::chrono::steady_clock::now() < until) {
+          for (size_t i = first; i < bytes / sizeof(uint64_t); ++i) words[i] = rng();
+        }
+        ::munmap(base, bytes);
+        return "";
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return why;
+}
+
+// A process of the same user writing into the segment (docs/reliability.md, "Threat model of the
+// shared-memory segment"): the stamp check fails the op with kBackend saying so, on the rank that
+// read a forged header, and never reports it as a mismatch of two collectives.
+TEST(Gloo, AWriterIntoTheSegmentIsReportedAsSuch) {
+  const std::string marker = fmt::format("scribbled-{}", ::getpid());
+  std::atomic<bool> stop{false};
+  std::string why_not;
+  std::thread scribbler([&] { why_not = scribble_over_segment(marker, stop); });
+  const auto results =
+      run_ranks({MESHRT_GLOO_WORKER, "scribbled", marker}, 2, std::chrono::seconds(60),
+                {{"MESHRT_INIT_TIMEOUT_MS", "30000"},
+                 {"MESHRT_TIMEOUT_MS", "5000"},
+                 {"MESHRT_ON_TIMEOUT", "throw"},
+                 {"MESHRT_GLOO_SHM_SLOT_BYTES", "4096"}});
+  stop = true;
+  scribbler.join();
+  if (why_not.find("map_files") != std::string::npos && geteuid() != 0) {
+    GTEST_SKIP() << "map_files needs CAP_SYS_ADMIN: " << why_not;
+  }
+  ASSERT_EQ(why_not, "") << describe(results);
+  int reported = 0;
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(results[r].exit_code, 3) << describe(results);
+    reported += results[r].output.find("another process wrote into this group's segment") !=
+                std::string::npos;
+    EXPECT_EQ(results[r].output.find("is in collective #"), std::string::npos) << describe(results);
+  }
+  EXPECT_GE(reported, 1) << describe(results);
 }
 
 TEST(Gloo, RanksWithDifferentSlotSizesAllStayOnTcp) {

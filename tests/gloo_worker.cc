@@ -87,6 +87,28 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "FAIL rank %d: all_reduce succeeded after a peer died\n", world->rank());
       return 1;
     }
+    if (scenario == "scribbled") {
+      // Sums ranks in a loop for up to 20 s while the test, as a process of the same user,
+      // writes random bytes over the group's shared-memory slots. Wrong sums are what such a
+      // writer can cause unseen; the stamp check must end the loop with its own error, never a
+      // "different collective" whose number is garbage.
+      int wrong = 0;
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      for (long i = 0; std::chrono::steady_clock::now() < until; ++i) {
+        std::vector<int32_t> x(256, world->rank() + 1);
+        try {
+          world->all_reduce(meshrt::view(x))->wait();
+        } catch (const meshrt::Error& e) {
+          std::fprintf(stderr, "EXPECTED after %ld ops (%d wrong): %s\n", i, wrong, e.what());
+          return 3;
+        }
+        const int32_t want = world->size() * (world->size() + 1) / 2;
+        for (int32_t v : x) wrong += v != want;
+      }
+      std::fprintf(stderr, "FAIL rank %d: 20 s of ops, no error (%d wrong elements)\n",
+                   world->rank(), wrong);
+      return 1;
+    }
     if (scenario == "abort") {
       // Rank 0 enters a small all_reduce that rank 1 never joins, and another thread aborts
       // rank 0's communicator 200 ms later. Through shared memory the op fails at once with

@@ -98,6 +98,24 @@ Report analyze(std::vector<RankDump> dumps, const AnalyzeOptions& options) {
   return analysis::explain(analysis::match(std::move(dumps), options));
 }
 
+std::vector<std::string> keep_job_files(std::vector<DumpFile>& files, const JobFiles& job) {
+  std::vector<std::string> left_out;
+  std::erase_if(files, [&](const DumpFile& f) {
+    std::error_code ec;
+    if (job.world_size > 0 && f.rank >= job.world_size) {
+      left_out.push_back(fmt::format("{}: rank {} is outside this job's world of {}",
+                                     f.path.string(), f.rank, job.world_size));
+    } else if (const auto t = std::filesystem::last_write_time(f.path, ec);
+               !ec && t < job.written_since) {
+      left_out.push_back(fmt::format("{}: last written before this job began", f.path.string()));
+    } else {
+      return false;
+    }
+    return true;
+  });
+  return left_out;
+}
+
 Report analyze_directory(const std::filesystem::path& dir, const AnalyzeOptions& options) {
   return analyze(read_dumps(find_dump_files(dir, options.prefix), options.threads, options.limits),
                  options);

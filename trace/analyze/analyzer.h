@@ -115,6 +115,17 @@ struct AnalyzeOptions {
   std::map<int, std::string> rank_notes{};
 };
 
+// Which files in a dump directory are one job's, where the directory is shared (meshrt's default
+// prefix /tmp/meshrt_fr_ is every job's on a host): set by meshrt-monitor from what it knows.
+struct JobFiles {
+  int world_size = 0;  // > 0: files named for a rank at or above it are another job's.
+  // Files last written before this are an earlier job's (the epoch: no limit).
+  std::filesystem::file_time_type written_since{};
+};
+
+// Removes from `files` those of another job; returns one line per file removed, saying why.
+std::vector<std::string> keep_job_files(std::vector<DumpFile>& files, const JobFiles& job);
+
 // Throws InputError unless every dump has the same `version` ("<int>.<int>") and the same
 // `meshrt_dump_version` (or none), and the analyzer knows that meshrt version.
 void check_versions(const std::vector<RankDump>& dumps);

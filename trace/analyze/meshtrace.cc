@@ -37,6 +37,8 @@ struct AnalyzeArgs {
   uint64_t max_input_mib = meshrt::trace::InputLimits{}.file_bytes >> 20;
   uint64_t max_total_input_mib = meshrt::trace::InputLimits{}.total_bytes >> 20;
   std::vector<std::string> rank_notes;  // RANK=TEXT.
+  meshrt::trace::JobFiles job;
+  int64_t since_unix_s = 0;  // --since: 0, no limit.
 };
 
 int run_analyze(AnalyzeArgs args) {
@@ -61,7 +63,16 @@ int run_analyze(AnalyzeArgs args) {
     std::fputs(format_entries_table(dumps, args.table).c_str(), stdout);
     return kOk;
   }
-  const Report report = analyze_directory(args.dir, args.options);
+  std::vector<DumpFile> files = find_dump_files(args.dir, args.options.prefix);
+  if (args.since_unix_s > 0) {
+    args.job.written_since = std::chrono::file_clock::from_sys(
+        std::chrono::sys_seconds(std::chrono::seconds(args.since_unix_s)));
+  }
+  for (const std::string& line : keep_job_files(files, args.job)) {
+    std::fprintf(stderr, "meshtrace: left out %s\n", line.c_str());
+  }
+  const Report report =
+      analyze(read_dumps(files, args.options.threads, args.options.limits), args.options);
   const std::string out = args.json ? format_json(report) : format_text(report);
   std::fputs(out.c_str(), stdout);
   return report.findings.empty() ? kOk : kFindings;
@@ -137,6 +148,16 @@ int main(int argc, char** argv) {
                    ? std::string("expected RANK=TEXT")
                    : std::string();
       });
+  analyze
+      ->add_option("--world-size", args.job.world_size,
+                   "Leave out files named for ranks at or above this (another job's, in a "
+                   "directory that several jobs dump into)")
+      ->check(CLI::PositiveNumber);
+  analyze
+      ->add_option("--since", args.since_unix_s,
+                   "Leave out files last written before this time (seconds since the epoch: "
+                   "the job's start), an earlier job's")
+      ->check(CLI::PositiveNumber);
   CLI::Option* entries =
       analyze->add_flag("-j,--just-print-entries", args.just_print_entries,
                         "Print the raw entries side by side, one column per rank, and exit");
