@@ -1314,7 +1314,9 @@ TEST_F(AnalyzerTest, AnEarlierJobsFilesAreLeftOutWhenTheJobIsNamed) {
   FrJob job = world_job(2);
   job.collective("world", "all_reduce", 4);
   job.write(dir_);
-  EXPECT_EQ(cli("analyze " + dir_.string()).exit_code, 2);  // Mixed: refused.
+  const CliResult mixed = cli("analyze " + dir_.string());
+  EXPECT_EQ(mixed.exit_code, 2);
+  EXPECT_NE(mixed.err.find("says world_size 4 but"), std::string::npos) << mixed.err;
 
   const auto start = std::chrono::floor<std::chrono::seconds>(std::chrono::system_clock::now() -
                                                               std::chrono::minutes(1));

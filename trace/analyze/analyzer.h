@@ -119,8 +119,8 @@ struct AnalyzeOptions {
 // prefix /tmp/meshrt_fr_ is every job's on a host): set by meshrt-monitor from what it knows.
 struct JobFiles {
   int world_size = 0;  // > 0: files named for a rank at or above it are another job's.
-  // Files last written before this are an earlier job's (the epoch: no limit).
-  std::filesystem::file_time_type written_since{};
+  // Files last written before this are an earlier job's (min(): no limit).
+  std::filesystem::file_time_type written_since = std::filesystem::file_time_type::min();
 };
 
 // Removes from `files` those of another job; returns one line per file removed, saying why.
