@@ -5,6 +5,9 @@
          ^                 ^
     meshrt_analyze      meshrun (launcher/)
 
+Inside the runtime, the collectives layer (runtime/collectives/) is a floor below the backends and
+the communicator: it sees ops, buffers, dtypes, reductions and errors, never a backend.
+
 Each source file belongs to the first layer whose prefix matches its path; it may include only
 the paths that layer allows (quoted includes, resolved against the file's own folder first, then
 the source root, as the compiler does). Angle-bracket includes are system headers and not checked.
@@ -20,6 +23,8 @@ import sys
 TRACE = ("trace/", "meshrt_config.h")
 STORE = ("runtime/store/", "runtime/error.h", "runtime/timeout.h")
 RUNTIME = ("runtime/",)
+COLLECTIVES = ("runtime/collectives/", "runtime/op.h", "runtime/buffer.h", "runtime/dtype.h",
+               "runtime/reduce_op.h", "runtime/error.h")
 MESH = ("mesh/",)
 
 # (layer, path prefixes that belong to it, include prefixes it may use, prefixes it may not use
@@ -29,6 +34,7 @@ LAYERS = [
     ("analyze", ("trace/analyze/",), TRACE, ()),
     ("trace", ("trace/",), TRACE, ("trace/analyze/",)),
     ("store", ("runtime/store/", "runtime/error."), TRACE + STORE, ("trace/analyze/",)),
+    ("collectives", ("runtime/collectives/",), TRACE + COLLECTIVES, ("trace/analyze/",)),
     ("runtime", ("runtime/",), TRACE + RUNTIME, ("trace/analyze/",)),
     ("mesh", ("mesh/",), TRACE + RUNTIME + MESH, ("trace/analyze/",)),
     ("launcher", ("launcher/",), ("launcher/", "trace/atomic_file.h", "trace/env.h",

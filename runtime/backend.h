@@ -53,6 +53,11 @@ class Backend {
   // within op.timeout plus a small margin: the watchdog reports an op a second past it. The
   // default throws Error(kNotSupported): launching backends are never asked to run.
   virtual void run(const Op& op);
+  // The algorithm `op` will run by (collectives/algorithm_table.h), asked once per op at enqueue on
+  // the calling thread; run() follows Op::algorithm. The default: the library does every op.
+  virtual Algorithm choose_algorithm(const Op& op) const {
+    return op.kind == OpKind::kCoalesced ? Algorithm::kNone : Algorithm::kLibrary;
+  }
   // Which of run() and launch() the communicator calls for the program's ops.
   virtual ExecutionModel execution_model() const { return ExecutionModel::kRunToCompletion; }
   // kLaunch backends: starts `op` and returns its handle without waiting for it; throws Error if

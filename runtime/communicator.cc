@@ -185,6 +185,7 @@ WorkHandle Communicator::enqueue(Op&& op, OpOptions options, const std::source_l
   op.timeout = options.timeout.count() != 0 ? options.timeout : timeout();
   validate_op(op, *info_, backend_->accepts_cuda());  // Before the cap: it names what was passed.
   op.timeout = capped_timeout(op.timeout);
+  op.algorithm = backend_->choose_algorithm(op);
   try {
     backend_->validate(op);
   } catch (const Error& e) {
@@ -983,6 +984,7 @@ WorkHandle Communicator::end_coalescing(std::source_location caller) {
   if (model_ != ExecutionModel::kRunToCompletion) launch_lock.lock();
   Op op;
   op.kind = OpKind::kCoalesced;
+  op.algorithm = Algorithm::kNone;
   op.timeout = timeout();
   WorkHandle work = make_work();
   trace::OpRecord& rec = work->record_;

@@ -68,6 +68,7 @@ void fill_record(const Op& op, const std::shared_ptr<const trace::CommInfo>& com
         dtype_name(op.kind == OpKind::kScatter && op.root != rank ? op.output.dtype : b.dtype);
   }
   if (info.reduces) rec.reduce_op = reduce_op_name(op.reduce_op);
+  rec.algorithm = algorithm_name(op.algorithm);
   rec.input_count = op.input.count;
   rec.output_count = op.output.count;
   rec.input_shape = dims_of(op.input);

@@ -12,6 +12,7 @@
 #include "../trace/op_kind.h"
 #include "../trace/op_record.h"
 #include "buffer.h"
+#include "collectives/algorithm.h"
 #include "reduce_op.h"
 
 namespace meshrt {
@@ -51,6 +52,9 @@ struct Op {
   // The count of collectives: equal on all ranks for the same collective (p2p ops may differ
   // per rank), so backends derive message tags from it.
   uint64_t collective_seq = 0;
+  // How it runs: chosen by the backend at enqueue (Backend::choose_algorithm), then recorded and
+  // followed.
+  Algorithm algorithm = Algorithm::kLibrary;
 };
 
 // The message size S of `op` as nccl-tests defines it (the whole array for all_gather,

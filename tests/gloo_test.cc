@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 #include <string>
@@ -209,6 +210,43 @@ INSTANTIATE_TEST_SUITE_P(Sizes, GlooWorld,
                                            std::tuple{4, "0", "0"}, std::tuple{3, "", "64"},
                                            std::tuple{4, "", "64"}, std::tuple{9, "", ""},
                                            std::tuple{9, "", "64"}));
+
+// Each algorithm forced by MESHRT_ALGO on a group that has shared memory (where the table would
+// pick the slots) runs every collective right, and the records say which ran: the JSONL export's
+// all_reduces on the 4-rank world carry it.
+class GlooForcedAlgorithm : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
+
+TEST_P(GlooForcedAlgorithm, EveryCollectiveIsRightAndRecordedAsRunByIt) {
+  const auto [forced, all_reduce_algorithm] = GetParam();
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    fmt::format("meshrt_algo_{}_{}", ::getpid(), forced.size());
+  std::filesystem::create_directories(dir);
+  const auto results = run_ranks({MESHRT_GLOO_WORKER, "collectives"}, 4, std::chrono::seconds(90),
+                                 {{"MESHRT_INIT_TIMEOUT_MS", "30000"},
+                                  {"MESHRT_TIMEOUT_MS", "30000"},
+                                  {"MESHRT_ALGO", forced},
+                                  {"MESHRT_TRACE_JSONL", (dir / "ops_{rank}.jsonl").string()}});
+  for (const auto& r : results) EXPECT_EQ(r.exit_code, 0) << describe(results);
+  for (int rank = 0; rank < 4; ++rank) {
+    std::ifstream in(dir / fmt::format("ops_{}.jsonl", rank));
+    int all_reduces = 0;
+    for (std::string line; std::getline(in, line);) {
+      const auto j = nlohmann::json::parse(line);
+      if (j.value("op", "") != "all_reduce" || j.value("group_size", 0) != 4) continue;
+      ++all_reduces;
+      EXPECT_EQ(j.value("algorithm", ""), all_reduce_algorithm) << line;
+    }
+    EXPECT_GT(all_reduces, 10) << "rank " << rank;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Algorithms, GlooForcedAlgorithm,
+    ::testing::Values(std::pair{std::string("library"), std::string("library")},
+                      std::pair{std::string("all_reduce=recursive_doubling,reduce_scatter=ring"),
+                                std::string("recursive_doubling")},
+                      std::pair{std::string(""), std::string("slots")}));
 
 // MESHRT_GLOO_SHM_SLOT_BYTES: "" = the all_reduce goes through shared memory, where survivors see
 // the dead process through its pidfd; "0" = by TCP, where they see its connections close.

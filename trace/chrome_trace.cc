@@ -156,6 +156,7 @@ Json complete_event(const OpRecord& r, int tid, int64_t start_wall_ns, int64_t o
                {"size_bucket", size_bucket_label(r.bytes)},
                {"dtype", r.dtype},
                {"reduce_op", r.reduce_op},
+               {"algorithm", r.algorithm},
                {"root_or_peer", r.root_or_peer},
                {"group_size", n},
                {"scope", scope->path},

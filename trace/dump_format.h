@@ -95,6 +95,8 @@ inline constexpr std::string_view kPeer = "peer";
 inline constexpr std::string_view kRoot = "root";
 inline constexpr std::string_view kP2pChannelSeq = "p2p_channel_seq";
 inline constexpr std::string_view kReduceOp = "reduce_op";
+// How the op ran: "library", "slots", "recursive_doubling", "ring", "none" (meshrt only).
+inline constexpr std::string_view kAlgorithm = "algorithm";
 inline constexpr std::string_view kError = "error";
 inline constexpr std::string_view kCaller = "caller";
 inline constexpr std::string_view kInputStats = "input_stats";

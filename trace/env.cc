@@ -89,6 +89,7 @@ std::optional<std::string> get_choice(Names names,
 
 const std::vector<std::string_view>& known_variables() {
   static const std::vector<std::string_view> names = {
+      "MESHRT_ALGO",
       "MESHRT_BACKEND",
       "MESHRT_COMMS_LOG",
       "MESHRT_COMMS_LOG_OPS",

@@ -355,6 +355,7 @@ void add_entries(Json& entries, const OpRecord& r, bool frames) {
     e[fr::kRoot] = rooted ? global_of(c, r.root_or_peer) : -1;
     e[fr::kP2pChannelSeq] = channel_seq;
     e[fr::kReduceOp] = r.reduce_op;
+    e[fr::kAlgorithm] = r.algorithm;
     e[fr::kError] = r.error;
     e[fr::kCaller] = *r.caller_file ? fmt::format("{}:{}", r.caller_file, r.caller_line) : "";
     if (r.stack && frames) e[fr::kFrames] = frames_json(*r.stack);

@@ -27,6 +27,7 @@ void append_jsonl(const OpRecord& r, std::string& out) {
                      {"op", r.op},
                      {"dtype", r.dtype},
                      {"reduce_op", r.reduce_op},
+                     {"algorithm", r.algorithm},
                      {"collective_seq", r.collective_seq},
                      {"p2p_seq", r.p2p_seq},
                      {"op_seq", r.op_seq},

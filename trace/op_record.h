@@ -102,6 +102,7 @@ struct OpRecord {
   std::string_view op;                   // op_kind_name(kind): "all_reduce", "send", ...
   std::string_view dtype;                // "f32", ...: static storage; empty for barrier.
   std::string_view reduce_op;            // "sum", ...: empty when the op does not reduce.
+  std::string_view algorithm;            // How it ran: "slots", "ring", ... (static storage).
   uint64_t collective_seq = 0;   // Per-communicator collective count at this op (first = 1).
   uint64_t p2p_seq = 0;          // Per-communicator p2p count at this op (first = 1).
   uint64_t op_seq = 0;           // Per-communicator count of all ops (first = 1).

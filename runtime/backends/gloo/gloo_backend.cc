@@ -22,9 +22,14 @@
 #include <mutex>
 #include <numeric>
 
+#include "runtime/backends/gloo/gloo_pair_channel.h"
 #include "runtime/backends/gloo/gloo_signature.h"
 #include "runtime/backends/gloo/gloo_store.h"
 #include "runtime/backends/gloo/shm_group.h"
+#include "runtime/collectives/algorithm_table.h"
+#include "runtime/collectives/average.h"
+#include "runtime/collectives/pair_collectives.h"
+#include "runtime/collectives/slot_collectives.h"
 #include "runtime/error.h"
 #include "runtime/store/prefix_store.h"
 #include "trace/env.h"
@@ -33,29 +38,9 @@
 namespace meshrt {
 namespace {
 
-// Slot prefixes of our own ops; Gloo's algorithms use 0x01..0x08.
+// Slot prefixes of our own p2p; Gloo's algorithms use 0x01..0x08, GlooPairChannel 0x21.
 constexpr uint8_t kP2PSlotPrefix = 0x20;
 constexpr uint8_t kP2PHeaderSlotPrefix = 0x22;
-constexpr uint8_t kReduceScatterSlotPrefix = 0x21;
-constexpr uint8_t kOneShotSlotPrefix = 0x23;
-
-// Groups up to this size fold all_reduces and reduces of any size through shared memory, chunk
-// by chunk (shm_fits). At 16 ranks on 2 cores an 8 MiB all_reduce took 25-33 ms so, 83-86 ms over
-// TCP; with enough cores a ring over TCP would win from about 2 x (memcpy / loopback bandwidth),
-// some 13-16 ranks. Larger groups fold only ops of one chunk.
-constexpr int kShmFoldMaxRanks = 16;
-
-// Whether an all_reduce runs by recursive doubling (log2(n) exchanges) rather than Gloo's ring
-// (2(n-1) steps). Power-of-two groups only: elsewhere the surplus ranks need extra steps. Above 2
-// ranks, only once the ring's segments hold data (count >= 2n): below that Gloo's ring skips its
-// empty segments and the data moves as one token, one rank awake at a time, while recursive
-// doubling wakes every rank at once, which costs a scheduler tick per op when ranks outnumber
-// cores (4 ranks on 2 cores, 8 B: 3.0 ms against the ring's 0.3 ms; from 4 KiB to 256 KiB it
-// gave 1.1-3.2x the ring's busbw over two runs: docs/performance.md).
-bool recursive_doubling_fits(size_t n, size_t count, size_t bytes, size_t max_bytes) {
-  if (n < 2 || !std::has_single_bit(n) || bytes > max_bytes) return false;
-  return n == 2 || count >= 2 * n;
-}
 
 // The most a collective keeps of its timeout for comparing signatures after Gloo failed
 // (gloo_diagnose): peers that passed other sizes time out or see the pairs close at about the same
@@ -172,20 +157,27 @@ class GlooBackend : public Backend {
   GlooBackend(std::shared_ptr<Store> store, const std::string& store_key,
               std::shared_ptr<gloo::transport::Device> device,
               std::shared_ptr<gloo::Context> context, size_t one_shot_max_bytes,
-              size_t shm_slot_bytes, std::chrono::milliseconds timeout)
+              size_t shm_slot_bytes, AlgorithmOverrides overrides,
+              std::chrono::milliseconds timeout)
       : store_(std::move(store)),
         comm_store_(std::make_shared<PrefixStore>(store_key, store_)),
         device_(std::move(device)),
         context_(std::move(context)),
         one_shot_max_bytes_(one_shot_max_bytes),
         shm_slot_bytes_(shm_slot_bytes),
-        shm_(make_shm_group(context_, store_key, shm_slot_bytes, timeout)) {}
+        overrides_(overrides),
+        shm_(make_shm_group(context_, store_key, shm_slot_bytes, timeout)),
+        pairs_(context_),
+        shape_{context_->size, shm_ ? shm_->slot_bytes() : 0, one_shot_max_bytes} {}
 
   std::string_view name() const override { return "gloo"; }
   void set_comm_info(std::shared_ptr<const trace::CommInfo> info) override {
     if (!info) return;
     global_ranks_ = info->global_ranks;
     if (shm_) shm_->set_global_ranks(info->global_ranks);
+  }
+  Algorithm choose_algorithm(const Op& op) const override {
+    return select_algorithm(op, shape_, overrides_);
   }
   std::string version() const override {
     return fmt::format("gloo {}.{}.{}", GLOO_VERSION_MAJOR, GLOO_VERSION_MINOR, GLOO_VERSION_PATCH);
@@ -221,7 +213,8 @@ class GlooBackend : public Backend {
         gloo::barrier(o);
       }
       return std::make_unique<GlooBackend>(store_, spec.store_key, device_, std::move(context),
-                                           one_shot_max_bytes_, shm_slot_bytes_, spec.timeout);
+                                           one_shot_max_bytes_, shm_slot_bytes_, overrides_,
+                                           spec.timeout);
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {
@@ -239,23 +232,32 @@ class GlooBackend : public Backend {
   uint32_t tag(const Op& op) const { return gloo_tag(op); }
 
   void dispatch(const Op& op) {
-    // Gloo's all_gather divides by the element count: nothing to move, nothing to do (validation
-    // guarantees the output is empty too).
-    if (op.kind == OpKind::kAllGather && op.input.count == 0) return;
     const auto timeout = gloo_timeout(op);
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    switch (op.algorithm) {
+      case Algorithm::kNone:
+        return;
+      case Algorithm::kSlots:
+        return run_slots(op, deadline);
+      case Algorithm::kRecursiveDoubling:
+        return all_reduce_recursive_doubling(op, pairs_, tag(op), deadline, pair_scratch_);
+      case Algorithm::kRing:
+        return reduce_scatter_ring(op, pairs_, tag(op), deadline, pair_scratch_);
+      case Algorithm::kLibrary:
+        return run_library(op, timeout);
+    }
+  }
+
+  // The op by Gloo's own algorithms (and meshrt's p2p over Gloo's pairs).
+  void run_library(const Op& op, std::chrono::milliseconds timeout) {
     const DType dtype = op.kind == OpKind::kScatter ? op.output.dtype : op.input.dtype;
     const size_t n = static_cast<size_t>(context_->size);
     const int rank = context_->rank;
-    if (shm_ && shm_fits(op)) return run_shm(op);
     auto reducer = [dtype, r = op.reduce_op](void* c, const void* a, const void* b, size_t k) {
       reduce_elements(dtype, r, c, a, b, k);
     };
     switch (op.kind) {
       case OpKind::kAllReduce:
-        if (recursive_doubling_fits(n, op.output.count, op.output.bytes(), one_shot_max_bytes_)) {
-          all_reduce_recursive_doubling(op);
-          return;
-        }
         with_type(dtype, [&](auto t) {
           using T = decltype(t);
           gloo::AllreduceOptions o(context_);
@@ -265,10 +267,7 @@ class GlooBackend : public Backend {
           o.setTimeout(timeout);
           gloo::allreduce(o);
         });
-        if (op.reduce_op == ReduceOp::kAvg) {
-          divide_elements(dtype, op.output.data, op.output.count, n);
-        }
-        return;
+        return finish_average(op, rank, context_->size);
       case OpKind::kReduce:
         with_type(dtype, [&](auto t) {
           using T = decltype(t);
@@ -288,10 +287,7 @@ class GlooBackend : public Backend {
           o.setTimeout(timeout);
           gloo::reduce(o);
         });
-        if (op.reduce_op == ReduceOp::kAvg && rank == op.root) {
-          divide_elements(dtype, op.output.data, op.output.count, n);
-        }
-        return;
+        return finish_average(op, rank, context_->size);
       case OpKind::kBroadcast:
         with_type(dtype, [&](auto t) {
           using T = decltype(t);
@@ -318,8 +314,8 @@ class GlooBackend : public Backend {
           gloo::allgather(o);
         });
         return;
-      case OpKind::kReduceScatter:
-        return reduce_scatter_ring(op);
+      case OpKind::kReduceScatter:  // Debian's Gloo has none of unbound buffers.
+        throw Error(ErrorCode::kInternal, {}, "gloo: no library reduce_scatter");
       case OpKind::kAllToAll:
         with_type(dtype, [&](auto t) {
           using T = decltype(t);
@@ -470,212 +466,15 @@ class GlooBackend : public Backend {
     if (!mismatch.empty()) throw Error(ErrorCode::kInvalidArgument, {}, mismatch);
   }
 
-  // Ring reduce-scatter: n-1 steps, each sends one partially reduced block to the right neighbour
-  // and reduces the block arriving from the left, so every rank moves (n-1)/n of the input once.
-  // Debian's Gloo has no unbound-buffer reduce_scatter (its bound-buffer halving-doubling is
-  // slower here and gave wrong results in 3 of ~70 bench runs); all_reduce-then-slice moves twice
-  // the bytes. Measured in docs/performance.md.
-  void reduce_scatter_ring(const Op& op) {
-    const int n = context_->size;
-    const int rank = context_->rank;
-    const DType dtype = op.input.dtype;
-    const size_t count = op.output.count;
-    const size_t bytes = op.output.bytes();
-    if (n == 1) {
-      if (op.output.data != op.input.data) std::memmove(op.output.data, op.input.data, bytes);
-      return;
-    }
-    const int right = (rank + 1) % n;
-    const int left = (rank + n - 1) % n;
-    auto block = [&](int i) {
-      return byte_at(op.input, static_cast<size_t>((i % n + n) % n) * count);
-    };
-    // acc_[0..1]: partial sums, alternated so the block in flight is never overwritten.
-    for (auto& a : acc_) a.resize(bytes);
-    recv_.resize(bytes);
-    auto recv_buf = context_->createUnboundBuffer(recv_.data(), bytes);
-    std::unique_ptr<gloo::transport::UnboundBuffer> send_buf;
-    // One slot for the whole op: messages between a pair on one slot match in order.
-    const uint64_t slot = gloo::Slot::build(kReduceScatterSlotPrefix, tag(op));
-    const auto deadline = std::chrono::steady_clock::now() + gloo_timeout(op);
-    const char* outgoing = block(rank - 1);
-    for (int step = 0; step < n - 1; ++step) {
-      send_buf = context_->createUnboundBuffer(const_cast<char*>(outgoing), bytes);
-      send_buf->send(right, slot);
-      recv_buf->recv(left, slot);
-      recv_buf->waitRecv(deadline);
-      const bool last = step == n - 2;
-      char* target = last ? static_cast<char*>(op.output.data) : acc_[step % 2].data();
-      // The last step writes the output, which may alias this rank's input block: that block is
-      // read only here, as the second operand, element by element.
-      reduce_elements(dtype, op.reduce_op, target, recv_.data(), block(rank - step - 2), count);
-      send_buf->waitSend(deadline);
-      outgoing = target;
-    }
-    if (op.reduce_op == ReduceOp::kAvg) divide_elements(dtype, op.output.data, count, n);
-  }
-
-  // Small all_reduce on a power-of-two group by recursive doubling: in round k each rank swaps
-  // its partial result with rank ^ 2^k and both reduce the pair, so every rank ends with the same
-  // bits. The pair goes in rank order (lower op higher): the ops commute, but not NaN payloads
-  // or min/max of a NaN. log2(n) dependent exchanges of the whole buffer, where Gloo's ring takes
-  // 2(n-1) of a block each: one instead of two at 2 ranks, two instead of six at 4. Every round's
-  // peer is another rank, so one slot serves them all.
-  void all_reduce_recursive_doubling(const Op& op) {
-    const int rank = context_->rank;
-    const int n = context_->size;
-    const size_t bytes = op.output.bytes();
-    const DType dtype = op.output.dtype;
-    pair_.resize(2 * bytes);
-    char* mine = pair_.data();
-    char* theirs = pair_.data() + bytes;
-    auto send_buf = context_->createUnboundBuffer(mine, bytes);
-    auto recv_buf = context_->createUnboundBuffer(theirs, bytes);
-    const uint64_t slot = gloo::Slot::build(kOneShotSlotPrefix, tag(op));
-    const auto deadline = std::chrono::steady_clock::now() + gloo_timeout(op);
-    for (int bit = 1; bit < n; bit <<= 1) {
-      const int peer = rank ^ bit;
-      // An empty op has no buffer: memcpy's pointers must not be null even for 0 bytes (UBSan).
-      if (bytes != 0) std::memcpy(mine, op.output.data, bytes);
-      recv_buf->recv(peer, slot);
-      send_buf->send(peer, slot);
-      recv_buf->waitRecv(deadline);
-      const bool lower = (rank & bit) == 0;
-      reduce_elements(dtype, op.reduce_op, op.output.data, lower ? mine : theirs,
-                      lower ? theirs : mine, op.output.count);
-      // The next round overwrites `mine`.
-      send_buf->waitSend(deadline);
-    }
-    if (op.reduce_op == ReduceOp::kAvg) divide_elements(dtype, op.output.data, op.output.count, n);
-  }
-
-  // How `op` goes through the shared-memory segment (run_shm): in exchanges of `k` elements of
-  // each of `parts` blocks of `count` elements that a rank writes, side by side, from `source`.
-  struct ShmShape {
-    const BufferView* source;  // What a contributing rank writes.
-    DType dtype;               // Of the blocks, equal on every rank (not so scatter's input).
-    size_t count;              // Elements per block.
-    size_t parts;              // Blocks a rank writes per exchange: 1, or n (one per rank).
-    bool contributes;          // Whether this rank writes (broadcast, scatter: only the root).
-  };
-
-  ShmShape shm_shape(const Op& op) const {
-    const size_t n = static_cast<size_t>(context_->size);
-    const bool root = context_->rank == op.root;
-    switch (op.kind) {
-      case OpKind::kAllReduce:
-      case OpKind::kReduce:
-      case OpKind::kAllGather:
-      case OpKind::kGather:
-        return {&op.input, op.input.dtype, op.input.count, 1, true};
-      case OpKind::kBroadcast:
-        return {&op.output, op.output.dtype, op.output.count, 1, root};
-      case OpKind::kReduceScatter:
-        return {&op.input, op.input.dtype, op.output.count, n, true};
-      case OpKind::kScatter:
-        return {&op.input, op.output.dtype, op.output.count, n, root};
-      case OpKind::kAllToAll:
-        return {&op.input, op.input.dtype, op.input.count / n, n, true};
-      default:  // kBarrier
-        return {&op.output, op.output.dtype, 0, 1, true};
-    }
-  }
-
-  // Whether `op` goes through the shared-memory segment: every collective but uneven all_to_all,
-  // in chunks. all_reduce and reduce read every rank's chunk to fold it (n reads per byte, where a
-  // ring over TCP reads 2(n-1)/n), so above kShmFoldMaxRanks ranks only those of one chunk do.
-  bool shm_fits(const Op& op) const {
-    if (is_p2p(op.kind) || op.kind == OpKind::kCoalesced) return false;
-    if (op.kind == OpKind::kAllToAll && !op.input_splits.empty()) return false;
-    const bool folds = op.kind == OpKind::kAllReduce || op.kind == OpKind::kReduce;
-    return !folds || context_->size <= kShmFoldMaxRanks || op.input.bytes() <= shm_->slot_bytes();
-  }
-
-  // The op as exchanges through the segment, one per chunk (one for an empty op or a barrier):
-  // every rank writes its part of the chunk to its slot, waits for all the others', then reads
-  // what it needs (consume_shm_chunk). Reductions fold the slots in rank order, so every rank
-  // computes the same bits.
-  void run_shm(const Op& op) {
-    const auto deadline = std::chrono::steady_clock::now() + gloo_timeout(op);
-    const ShmShape shape = shm_shape(op);
-    const size_t element_bytes = dtype_size_bytes(shape.dtype);
-    // Elements per block per exchange: a slot holds at least 8 bytes per rank (ShmGroup), so at
-    // least one of each block.
-    const size_t chunk = shm_->slot_bytes() / element_bytes / shape.parts;
-    if (chunk == 0)
-      throw Error(ErrorCode::kInternal, {}, "gloo shared memory: a slot under 8 bytes per rank");
-    const ShmStamp stamp{op.collective_seq, tag(op)};
-    size_t done = 0;
-    do {
-      const size_t k = std::min(chunk, shape.count - done);
-      const size_t bytes = k * element_bytes;
-      if (shape.contributes && bytes != 0) {
-        char* slot = shm_->my_slot();
-        for (size_t j = 0; j < shape.parts; ++j) {
-          std::memcpy(slot + j * bytes, byte_at(*shape.source, j * shape.count + done), bytes);
-        }
-      }
-      try {
-        shm_->exchange(stamp, deadline);
-      } catch (const Error& e) {
-        if (e.code() != ErrorCode::kTimeout) throw;
-        throw gloo_diagnose(op, context_->rank, context_->size, *comm_store_, diagnose_reserve(op),
-                            e, global_ranks_);
-      }
-      if (bytes != 0) consume_shm_chunk(op, shape.count, done, k, bytes);
-      done += k;
-    } while (done < shape.count);
-    const bool averaged = op.kind == OpKind::kAllReduce || op.kind == OpKind::kReduceScatter ||
-                          (op.kind == OpKind::kReduce && context_->rank == op.root);
-    if (averaged && op.reduce_op == ReduceOp::kAvg) {
-      divide_elements(op.output.dtype, op.output.data, op.output.count, context_->size);
-    }
-  }
-
-  // Elements [first, first + k) (`bytes`) of each block of `count` are in the slots (block j of
-  // rank q at offset j x bytes of slot q): place them in the output.
-  void consume_shm_chunk(const Op& op, size_t count, size_t first, size_t k, size_t bytes) {
-    const int n = context_->size;
-    const size_t rank = static_cast<size_t>(context_->rank);
-    const bool root = context_->rank == op.root;
-    auto fold = [&](size_t offset) {  // Reduces the slots' bytes at `offset` into the output.
-      char* out = byte_at(op.output, first);
-      const DType dtype = op.output.dtype;
-      reduce_elements(dtype, op.reduce_op, out, shm_->slot(0) + offset, shm_->slot(1) + offset, k);
-      for (int q = 2; q < n; ++q) {
-        reduce_elements(dtype, op.reduce_op, out, out, shm_->slot(q) + offset, k);
-      }
-    };
-    // Block q of the output gets the slot bytes of rank q at `offset`.
-    auto gather_at = [&](size_t offset) {
-      for (int q = 0; q < n; ++q) {
-        std::memcpy(byte_at(op.output, static_cast<size_t>(q) * count + first),
-                    shm_->slot(q) + offset, bytes);
-      }
-    };
-    switch (op.kind) {
-      case OpKind::kAllReduce:
-        return fold(0);
-      case OpKind::kReduce:
-        if (root) fold(0);
-        return;
-      case OpKind::kReduceScatter:
-        return fold(rank * bytes);
-      case OpKind::kBroadcast:
-        if (!root) std::memcpy(byte_at(op.output, first), shm_->slot(op.root), bytes);
-        return;
-      case OpKind::kScatter:
-        std::memcpy(byte_at(op.output, first), shm_->slot(op.root) + rank * bytes, bytes);
-        return;
-      case OpKind::kAllGather:
-        return gather_at(0);
-      case OpKind::kGather:
-        if (root) gather_at(0);
-        return;
-      case OpKind::kAllToAll:
-        return gather_at(rank * bytes);
-      default:
-        return;
+  // The op through the shared-memory segment. A timeout there is a program mismatch as often as
+  // a slow peer: diagnosed as Gloo's are.
+  void run_slots(const Op& op, std::chrono::steady_clock::time_point deadline) {
+    try {
+      run_through_slots(op, *shm_, SlotStamp{op.collective_seq, tag(op)}, deadline);
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kTimeout) throw;
+      throw gloo_diagnose(op, context_->rank, context_->size, *comm_store_, diagnose_reserve(op), e,
+                          global_ranks_);
     }
   }
 
@@ -683,14 +482,15 @@ class GlooBackend : public Backend {
   std::shared_ptr<Store> comm_store_;  // store_ under this communicator's key.
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> context_;
-  const size_t one_shot_max_bytes_;  // GlooConfig::one_shot_max_bytes.
-  const size_t shm_slot_bytes_;      // GlooConfig::shm_slot_bytes.
-  std::unique_ptr<ShmGroup> shm_;    // Null when the ranks cannot share memory.
-  std::vector<int> global_ranks_;    // Group rank -> global rank, for error messages.
-  std::vector<char> pair_;           // Recursive doubling's buffers: this rank's, the peer's.
-  std::vector<char> acc_[2];         // Reused across ops.
-  std::vector<char> recv_;
-  std::vector<char> scratch_;
+  const size_t one_shot_max_bytes_;     // GlooConfig::one_shot_max_bytes.
+  const size_t shm_slot_bytes_;         // GlooConfig::shm_slot_bytes.
+  const AlgorithmOverrides overrides_;  // MESHRT_ALGO, read by the world's creation; inherited.
+  std::unique_ptr<ShmGroup> shm_;       // Null when the ranks cannot share memory.
+  GlooPairChannel pairs_;
+  const GroupShape shape_;         // What select_algorithm() reads of this group.
+  std::vector<int> global_ranks_;  // Group rank -> global rank, for error messages.
+  PairScratch pair_scratch_;       // Recursive doubling's and the ring's buffers.
+  std::vector<char> scratch_;      // A reduce's output on non-roots.
 };
 
 }  // namespace
@@ -716,13 +516,19 @@ size_t gloo_shm_slot_bytes_from_env() {
 }
 
 std::unique_ptr<Backend> make_gloo_backend(const GlooConfig& config) {
+  AlgorithmOverrides overrides;
+  try {
+    overrides = algorithm_overrides_from_env();  // Before connecting: no peer waits for a typo.
+  } catch (const Error& e) {
+    throw Error(e.code(), {config.rank, config.store_key, "init", -1}, e.detail());
+  }
   try {
     auto device = make_device(config);
     auto context =
         connect(config.store, config.store_key, config.rank, config.size, device, config.timeout);
     return std::make_unique<GlooBackend>(config.store, config.store_key, std::move(device),
                                          std::move(context), config.one_shot_max_bytes,
-                                         config.shm_slot_bytes, config.timeout);
+                                         config.shm_slot_bytes, overrides, config.timeout);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {

@@ -234,7 +234,7 @@ struct alignas(kCacheLine) ShmGroup::Control {
 };
 
 struct alignas(kCacheLine) ShmGroup::SlotHeader {
-  ShmStamp stamp;
+  SlotStamp stamp;
 };
 
 size_t ShmGroup::slot_stride(size_t slot_bytes) { return sizeof(SlotHeader) + slot_bytes; }
@@ -372,7 +372,7 @@ const char* ShmGroup::slot(int q) const {
   return reinterpret_cast<const char*>(&header(exchanges_, q)) + sizeof(SlotHeader);
 }
 
-void ShmGroup::exchange(const ShmStamp& stamp, Clock::time_point deadline) {
+void ShmGroup::exchange(const SlotStamp& stamp, Clock::time_point deadline) {
   throw_if_aborted();
   const uint32_t e = ++exchanges_;
   header(e, rank_).stamp = stamp;
@@ -384,7 +384,7 @@ void ShmGroup::exchange(const ShmStamp& stamp, Clock::time_point deadline) {
   for (int q = 0; q < size_; ++q) {
     if (q == rank_) continue;
     wait_for(q, e, deadline);
-    const ShmStamp theirs = header(e, q).stamp;
+    const SlotStamp theirs = header(e, q).stamp;
     // Every rank writes its stamp from gloo_tag(): the tag's low 16 bits are the seq's, and
     // ranks of one group are never far apart. A stamp that breaks either was not written by a
     // rank: something else wrote into the segment. Say that, not "a different collective".

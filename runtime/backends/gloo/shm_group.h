@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/collectives/slot_exchange.h"
 #include "runtime/error.h"
 
 namespace gloo {
@@ -19,16 +20,9 @@ class Context;
 
 namespace meshrt {
 
-// What the ranks of one exchange must agree on, written beside each contribution: a rank that
-// finds another value in a peer's header knows they called different collectives.
-struct ShmStamp {
-  uint64_t collective_seq = 0;  // Op::collective_seq.
-  uint32_t tag = 0;             // gloo_tag(): the seq's low bits and a hash of the arguments.
-};
-
-// One communicator's segment, mapped by each member. Exchanges are collective and sequential: a
-// member calls exchange() for the same ops in the same order as every other member.
-class ShmGroup {
+// One communicator's segment, mapped by each member: the collectives layer's slot exchange for
+// ranks on one host. Stamps carry gloo_tag() (the seq's low 16 bits and a hash of the arguments).
+class ShmGroup : public SlotExchange {
  public:
   // Creates the segment (rank 0) and maps it on every rank of `context`, through three small Gloo
   // collectives: callable only before the communicator's first op. Returns null on every rank when
@@ -46,19 +40,16 @@ class ShmGroup {
   // reads grow with the group.
   static constexpr int kMaxRanks = 64;
 
-  // The largest contribution of one rank to one exchange: the size asked for, at least 8 bytes
-  // per rank, rounded up to a multiple of 64.
-  size_t slot_bytes() const { return slot_bytes_; }
-  // Where this rank writes its contribution to the next exchange (slot_bytes() bytes).
-  char* my_slot();
-  // Publishes this rank's contribution under `stamp` and returns once every rank has published
-  // its own for this exchange; slot(q) is then readable until the next exchange. Throws
-  // Error(kTimeout) at `deadline`, Error(kPeerFailure) when a peer process exited,
-  // Error(kAborted) after abort(). A peer whose stamp differs called another collective: that
-  // too ends in Error(kTimeout) at `deadline`, naming both stamps, as it would over TCP.
-  void exchange(const ShmStamp& stamp, std::chrono::steady_clock::time_point deadline);
-  // Rank q's contribution to the exchange that just returned.
-  const char* slot(int q) const;
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  // The size asked for, at least 8 bytes per rank, rounded up to a multiple of 64.
+  size_t slot_bytes() const override { return slot_bytes_; }
+  char* my_slot() override;
+  // Throws Error(kPeerFailure) when a peer process exited, Error(kAborted) after abort(). A peer
+  // whose stamp differs called another collective: that ends in Error(kTimeout) at `deadline`,
+  // naming both stamps, as it would over TCP.
+  void exchange(const SlotStamp& stamp, std::chrono::steady_clock::time_point deadline) override;
+  const char* slot(int q) const override;
   // Makes an exchange in progress (and every later one) throw Error(kAborted). Any thread.
   void abort() noexcept;
   // The members' global ranks, by group rank: errors then name a peer by both ("rank 3 (group

@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "runtime/backend_factory.h"
+#include "runtime/collectives/average.h"
 #include "runtime/error.h"
 #include "runtime/init.h"
 #include "runtime/store/prefix_store.h"
@@ -312,9 +313,7 @@ class InprocBackend : public Backend {
       reduce_elements(op.input.dtype, op.reduce_op, scratch_.data(), scratch_.data(),
                       at(group_->slot(q).input, offset), len);
     }
-    if (op.reduce_op == ReduceOp::kAvg) {
-      divide_elements(op.input.dtype, scratch_.data(), len, group_->size());
-    }
+    average_elements(op, scratch_.data(), len, group_->size());
     return scratch_.data();
   }
 

@@ -15,6 +15,7 @@
 
 #include "runtime/backends/mpi/mpi_types.h"
 #include "runtime/backends/mpi/mpi_world.h"
+#include "runtime/collectives/average.h"
 #include "runtime/error.h"
 #include "runtime/watchdog.h"
 #include "trace/env.h"
@@ -282,7 +283,6 @@ std::unique_ptr<PendingOp> MpiBackend::launch(const Op& op) {
       const void* send = in.data == out.data ? MPI_IN_PLACE : in.data;
       MESHRT_MPI_CALL(MPI_Allreduce, MPI_Iallreduce, send, out.data, to_count(out.count),
                       mpi_datatype(out.dtype), mpi_reduce_op(out.dtype, op.reduce_op), comm_);
-      if (op.reduce_op == ReduceOp::kAvg) p->divide_after(out, size_);
       break;
     }
     case OpKind::kBroadcast:
@@ -295,7 +295,6 @@ std::unique_ptr<PendingOp> MpiBackend::launch(const Op& op) {
       MESHRT_MPI_CALL(MPI_Reduce, MPI_Ireduce, send, root ? out.data : nullptr, to_count(in.count),
                       mpi_datatype(in.dtype), mpi_reduce_op(in.dtype, op.reduce_op), op.root,
                       comm_);
-      if (root && op.reduce_op == ReduceOp::kAvg) p->divide_after(out, size_);
       break;
     }
     case OpKind::kAllGather: {
@@ -313,7 +312,6 @@ std::unique_ptr<PendingOp> MpiBackend::launch(const Op& op) {
       void* recv = in_place ? p->scratch_copied_to(out.data, out.bytes()) : out.data;
       MESHRT_MPI_CALL(MPI_Reduce_scatter_block, MPI_Ireduce_scatter_block, in.data, recv, c,
                       mpi_datatype(in.dtype), mpi_reduce_op(in.dtype, op.reduce_op), comm_);
-      if (op.reduce_op == ReduceOp::kAvg) p->divide_after(out, size_);
       break;
     }
     case OpKind::kAllToAll: {
@@ -404,6 +402,10 @@ std::unique_ptr<PendingOp> MpiBackend::launch(const Op& op) {
   }
 #undef MESHRT_MPI_CALL
   if (rc != MPI_SUCCESS) throw_mpi_error(rc, p->call(), {global_rank_, "", "", -1});
+  // MPI has no average: a sum, divided where a result lands (collectives/average.h's rule).
+  if (op.reduce_op == ReduceOp::kAvg && holds_reduced_result(op, rank_)) {
+    p->divide_after(out, size_);
+  }
   if (!block) return p;
   // Finished inside the call: nothing for the communicator to poll. The op object is kept for
   // the next blocking launch (an allocation per small op showed in profiles).

@@ -1,0 +1,25 @@
+// The algorithms a collective can run by, named as records, dumps and MESHRT_ALGO spell them.
+// Which one runs is decided in one place: algorithm_table.h.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace meshrt {
+
+// How one op moves its data.
+enum class Algorithm : uint8_t {
+  kLibrary,            // The library underneath does it (Gloo's ring or tree, MPI, NCCL).
+  kSlots,              // Through a slot exchange, chunk by chunk: every rank reads every slot.
+  kRecursiveDoubling,  // all_reduce over pairs: log2(n) exchanges of the whole buffer.
+  kRing,               // reduce_scatter over pairs: n-1 steps of one block each.
+  kNone,               // Nothing to move (an empty all_gather, a coalesced group's closing entry).
+};
+
+// "library", "slots", "recursive_doubling", "ring", "none" (static storage).
+std::string_view algorithm_name(Algorithm algorithm);
+// The algorithm named `name`; nullopt for an unknown name.
+std::optional<Algorithm> algorithm_from_name(std::string_view name);
+
+}  // namespace meshrt

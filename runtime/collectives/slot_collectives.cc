@@ -1,0 +1,124 @@
+#include "runtime/collectives/slot_collectives.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "runtime/collectives/average.h"
+#include "runtime/error.h"
+#include "runtime/reduce_op.h"
+
+namespace meshrt {
+namespace {
+
+char* byte_at(const BufferView& b, size_t element) {
+  return static_cast<char*>(b.data) + element * dtype_size_bytes(b.dtype);
+}
+
+// How `op` goes through the slots: in exchanges of `k` elements of each of `parts` blocks of
+// `count` elements that a rank writes, side by side, from `source`.
+struct SlotShape {
+  const BufferView* source;  // What a contributing rank writes.
+  DType dtype;               // Of the blocks, equal on every rank (not so scatter's input).
+  size_t count;              // Elements per block.
+  size_t parts;              // Blocks a rank writes per exchange: 1, or n (one per rank).
+  bool contributes;          // Whether this rank writes (broadcast, scatter: only the root).
+};
+
+SlotShape slot_shape(const Op& op, int rank, int size) {
+  const size_t n = static_cast<size_t>(size);
+  const bool root = rank == op.root;
+  switch (op.kind) {
+    case OpKind::kAllReduce:
+    case OpKind::kReduce:
+    case OpKind::kAllGather:
+    case OpKind::kGather:
+      return {&op.input, op.input.dtype, op.input.count, 1, true};
+    case OpKind::kBroadcast:
+      return {&op.output, op.output.dtype, op.output.count, 1, root};
+    case OpKind::kReduceScatter:
+      return {&op.input, op.input.dtype, op.output.count, n, true};
+    case OpKind::kScatter:
+      return {&op.input, op.output.dtype, op.output.count, n, root};
+    case OpKind::kAllToAll:
+      return {&op.input, op.input.dtype, op.input.count / n, n, true};
+    default:  // kBarrier
+      return {&op.output, op.output.dtype, 0, 1, true};
+  }
+}
+
+// Elements [first, first + k) (`bytes`) of each block of `count` are in the slots (block j of
+// rank q at offset j x bytes of slot q): place them in the output.
+void consume_chunk(const Op& op, const SlotExchange& slots, size_t count, size_t first, size_t k,
+                   size_t bytes) {
+  const int n = slots.size();
+  const size_t rank = static_cast<size_t>(slots.rank());
+  const bool root = slots.rank() == op.root;
+  auto fold = [&](size_t offset) {  // Reduces the slots' bytes at `offset` into the output.
+    char* out = byte_at(op.output, first);
+    const DType dtype = op.output.dtype;
+    reduce_elements(dtype, op.reduce_op, out, slots.slot(0) + offset, slots.slot(1) + offset, k);
+    for (int q = 2; q < n; ++q) {
+      reduce_elements(dtype, op.reduce_op, out, out, slots.slot(q) + offset, k);
+    }
+  };
+  // Block q of the output gets the slot bytes of rank q at `offset`.
+  auto gather_at = [&](size_t offset) {
+    for (int q = 0; q < n; ++q) {
+      std::memcpy(byte_at(op.output, static_cast<size_t>(q) * count + first),
+                  slots.slot(q) + offset, bytes);
+    }
+  };
+  switch (op.kind) {
+    case OpKind::kAllReduce:
+      return fold(0);
+    case OpKind::kReduce:
+      if (root) fold(0);
+      return;
+    case OpKind::kReduceScatter:
+      return fold(rank * bytes);
+    case OpKind::kBroadcast:
+      if (!root) std::memcpy(byte_at(op.output, first), slots.slot(op.root), bytes);
+      return;
+    case OpKind::kScatter:
+      std::memcpy(byte_at(op.output, first), slots.slot(op.root) + rank * bytes, bytes);
+      return;
+    case OpKind::kAllGather:
+      return gather_at(0);
+    case OpKind::kGather:
+      if (root) gather_at(0);
+      return;
+    case OpKind::kAllToAll:
+      return gather_at(rank * bytes);
+    default:
+      return;
+  }
+}
+
+}  // namespace
+
+void run_through_slots(const Op& op, SlotExchange& slots, const SlotStamp& stamp,
+                       std::chrono::steady_clock::time_point deadline) {
+  const SlotShape shape = slot_shape(op, slots.rank(), slots.size());
+  const size_t element_bytes = dtype_size_bytes(shape.dtype);
+  // Elements per block per exchange: a slot holds at least 8 bytes per rank, so at least one of
+  // each block.
+  const size_t chunk = slots.slot_bytes() / element_bytes / shape.parts;
+  if (chunk == 0) throw Error(ErrorCode::kInternal, {}, "slot exchange: under 8 bytes per rank");
+  size_t done = 0;
+  do {
+    const size_t k = std::min(chunk, shape.count - done);
+    const size_t bytes = k * element_bytes;
+    if (shape.contributes && bytes != 0) {
+      char* slot = slots.my_slot();
+      for (size_t j = 0; j < shape.parts; ++j) {
+        std::memcpy(slot + j * bytes, byte_at(*shape.source, j * shape.count + done), bytes);
+      }
+    }
+    slots.exchange(stamp, deadline);
+    if (bytes != 0) consume_chunk(op, slots, shape.count, done, k, bytes);
+    done += k;
+  } while (done < shape.count);
+  finish_average(op, slots.rank(), slots.size());
+}
+
+}  // namespace meshrt
