@@ -7,10 +7,11 @@
 #   bench/build_ab.sh BEFORE_BUILD AFTER_BUILD [ROUNDS]      (both with bench/meshrt-bench built;
 #                                                             meshrun from AFTER_BUILD)
 # AB_CASES="name|ENV=value or -|meshrt-bench args" runs that one case instead of the four below;
-# AB_VERBOSE=1 prints every round's times.
+# AB_VERBOSE=1 prints every round's times; AB_CONTENDED=1 keeps a shell loop spinning meanwhile
+# (the other core busy).
 set -u -o pipefail
-[ $# -ge 2 ] || { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
-BEFORE=$1 AFTER=$2 ROUNDS=${3:-7}
+[ $# -ge 2 ] || { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+BEFORE=$(realpath "$1") AFTER=$(realpath "$2") ROUNDS=${3:-7}
 MESHRUN=$AFTER/meshrun
 # name | env | meshrt-bench arguments (one size: the line of the table to read)
 CASES=(${AB_CASES:+"$AB_CASES"})
@@ -27,6 +28,11 @@ one() {
   (cd /tmp && env "$env" timeout 120 "$MESHRUN" --nproc-per-node 2 "$build/bench/meshrt-bench" \
     $args 2>&1) | awk '/^\[rank0\]: +[0-9]/ {print $(NF-3)}' | tail -1
 }
+if [ -n "${AB_CONTENDED:-}" ]; then
+  (while :; do :; done) &
+  spinner=$!
+  trap 'kill $spinner 2>/dev/null' EXIT
+fi
 for c in "${CASES[@]}"; do
   IFS='|' read -r name env args <<<"$c"
   b=() a=()

@@ -96,6 +96,15 @@ else
   fail "meshrt-bench over gloo: ${summary:-exited with an error}"
   tail -20 "$OUT/mb_gloo.out" >&2
 fi
+# Uneven all_to_all through the slots and through Gloo's alltoallv (its two sides), results checked.
+for algo in "" all_to_all=library; do
+  if out=$(MESHRT_ALGO=$algo timeout 60 "$BUILD/meshrun" --standalone --nproc-per-node 2 \
+    "$BUILD/bench/uneven_a2a_bench" 4 5 2 2>&1) && grep -q "uneven_a2a ranks 2" <<<"$out"; then
+    echo "bench_smoke: uneven_a2a_bench ${algo:-slots} ok"
+  else
+    fail "uneven_a2a_bench ${algo:-slots}: $(tail -5 <<<"$out")"
+  fi
+done
 # The raw-Gloo and PyTorch sides of bench/meshrt_bench_compare.sh, on the four ops they share.
 if timeout 60 "$BUILD/meshrun" --standalone --nproc-per-node 2 "$BUILD/bench/meshrt-bench" \
   --impl gloo --coll all_reduce,all_gather,reduce_scatter,broadcast -b 8 -e 64K -f 64 -n 3 \

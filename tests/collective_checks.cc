@@ -269,6 +269,28 @@ class Checker {
         for (size_t e = 0; e < out_splits[j]; ++e, ++k)
           expect("all_to_all uneven", dtype, k, v_out.get(k), tagged(j, r_));
     }
+    // A larger uneven all_to_all, (7f + 3t) % 5 x 41 elements from rank f to rank t (0 to 164),
+    // element e of a block (8f + t + 3e) % 100: through small slots it takes many rounds, each
+    // piece ending mid-block.
+    auto big = [](size_t from, size_t to) { return (7 * from + 3 * to) % 5 * 41; };
+    auto nth = [](size_t from, size_t to, size_t e) {
+      return static_cast<double>((8 * from + to + 3 * e) % 100);
+    };
+    std::vector<size_t> big_in(n_), big_out(n_);
+    for (int j = 0; j < n_; ++j) {
+      big_in[j] = big(r_, j);
+      big_out[j] = big(j, r_);
+    }
+    TypedBuffer b_in(dtype, std::accumulate(big_in.begin(), big_in.end(), size_t{0}));
+    TypedBuffer b_out(dtype, std::accumulate(big_out.begin(), big_out.end(), size_t{0}));
+    for (size_t j = 0, k = 0; j < static_cast<size_t>(n_); ++j)
+      for (size_t e = 0; e < big_in[j]; ++e) b_in.set(k++, nth(r_, j, e));
+    if (run("all_to_all uneven, many rounds",
+            [&] { return comm_.all_to_all(b_in.view(), big_in, b_out.view(), big_out); })) {
+      for (size_t j = 0, k = 0; j < static_cast<size_t>(n_); ++j)
+        for (size_t e = 0; e < big_out[j]; ++e, ++k)
+          expect("all_to_all uneven, many rounds", dtype, k, b_out.get(k), nth(j, r_, e));
+    }
     // gather to rank 0 and scatter from the last rank.
     // Non-root outputs of gather and the root's input of scatter stay untouched.
     constexpr double kSentinel = 77;

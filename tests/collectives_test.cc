@@ -56,14 +56,18 @@ TEST(AlgorithmTable, WithoutSlotsPairsAndTheLibrary) {
   EXPECT_EQ(select_algorithm(op_of(OpKind::kBroadcast, 64), group(3, 0)), Algorithm::kLibrary);
 }
 
-TEST(AlgorithmTable, P2PUnevenAllToAllAndNothingToMove) {
+TEST(AlgorithmTable, P2PAndUnevenAllToAllAndNothingToMove) {
   const GroupShape g = group(4, kSlot);
   EXPECT_EQ(select_algorithm(op_of(OpKind::kSend, 4), g), Algorithm::kLibrary);
   EXPECT_EQ(select_algorithm(op_of(OpKind::kBatchP2P, 4), g), Algorithm::kLibrary);
   Op uneven = op_of(OpKind::kAllToAll, 6);
   uneven.input_splits = {1, 2, 3, 0};
   uneven.output_splits = {1, 2, 3, 0};
-  EXPECT_EQ(select_algorithm(uneven, g), Algorithm::kLibrary);
+  EXPECT_EQ(select_algorithm(uneven, g), Algorithm::kSlots);
+  // Its splits travel first, 16 bytes per rank: a slot too small for them leaves it to Gloo.
+  EXPECT_EQ(select_algorithm(uneven, group(4, 64)), Algorithm::kSlots);
+  EXPECT_EQ(select_algorithm(uneven, group(9, 128)), Algorithm::kLibrary);
+  EXPECT_EQ(select_algorithm(uneven, group(4, 0)), Algorithm::kLibrary);
   EXPECT_EQ(select_algorithm(op_of(OpKind::kAllGather, 0), g), Algorithm::kNone);
   EXPECT_EQ(select_algorithm(op_of(OpKind::kCoalesced, 0), g), Algorithm::kNone);
 }

@@ -413,14 +413,14 @@ TEST_F(ExportsTest, PerRankFilesMergeIntoOneTrace) {
 }
 
 const std::vector<std::string> kJsonlKeys = {
-    "rank",         "comm",        "comm_uid",        "store_key",  "description",
-    "mesh_dim",     "backend",     "group_size",      "group_rank", "op",
-    "dtype",        "reduce_op",   "collective_seq",  "p2p_seq",    "op_seq",
-    "is_p2p",       "input_count", "output_count",    "bytes",      "size_bucket",
-    "root_or_peer", "timeout_ms",  "created_wall_ns", "enqueue_ns", "start_ns",
-    "end_ns",       "state",       "duration_us",     "algbw_gbps", "busbw_gbps",
-    "scope",        "phase",       "setup",           "thread_id",  "caller_file",
-    "caller_line"};
+    "rank",        "comm",         "comm_uid",    "store_key",       "description",
+    "mesh_dim",    "backend",      "group_size",  "group_rank",      "op",
+    "dtype",       "reduce_op",    "algorithm",   "collective_seq",  "p2p_seq",
+    "op_seq",      "is_p2p",       "input_count", "output_count",    "bytes",
+    "size_bucket", "root_or_peer", "timeout_ms",  "created_wall_ns", "enqueue_ns",
+    "start_ns",    "end_ns",       "state",       "duration_us",     "algbw_gbps",
+    "busbw_gbps",  "scope",        "phase",       "setup",           "thread_id",
+    "caller_file", "caller_line"};
 
 TEST_F(ExportsTest, JsonlHasOneLinePerOpWithEveryField) {
   TempDir dir("meshrt-exports-jsonl");

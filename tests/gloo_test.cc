@@ -316,18 +316,36 @@ TEST(Gloo, AbortFailsASharedMemoryExchangeAtOnce) {
   EXPECT_NE(results[0].output.find("[aborted]"), std::string::npos) << results[0].output;
 }
 
-TEST(Gloo, SizeMismatchesFailTheReceiverAndKillNobody) {
-  const auto results = run_ranks({MESHRT_GLOO_WORKER, "size_mismatch"}, 2, std::chrono::seconds(60),
-                                 {{"MESHRT_TIMEOUT_MS", "20000"}, {"MESHRT_ON_TIMEOUT", "throw"}});
+// p2p size mismatches fail the receiver (MPI's truncation error: the send completes). An uneven
+// all_to_all whose splits disagree fails every rank through shared memory, where each sees the
+// whole split matrix, and the receiver over TCP (MESHRT_GLOO_SHM_SLOT_BYTES=0). Nobody dies and
+// the communicator stays in step.
+class GlooSizeMismatch : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GlooSizeMismatch, FailsTheRanksThatCanTellAndKillsNobody) {
+  const bool shm = GetParam().empty();
+  std::map<std::string, std::string> env{{"MESHRT_TIMEOUT_MS", "20000"},
+                                         {"MESHRT_ON_TIMEOUT", "throw"}};
+  if (!shm) env["MESHRT_GLOO_SHM_SLOT_BYTES"] = GetParam();
+  const auto results =
+      run_ranks({MESHRT_GLOO_WORKER, "size_mismatch"}, 2, std::chrono::seconds(60), env);
   ASSERT_EQ(results[0].exit_code, 0) << describe(results);
   ASSERT_EQ(results[1].exit_code, 0) << describe(results);
-  EXPECT_NE(results[0].output.find("failures=0 sum=2"), std::string::npos) << describe(results);
+  EXPECT_NE(results[0].output.find(shm ? "failures=1 sum=2" : "failures=0 sum=2"),
+            std::string::npos)
+      << describe(results);
   EXPECT_NE(results[1].output.find("failures=3 sum=2"), std::string::npos) << describe(results);
   EXPECT_NE(
       results[1].output.find("recv of 16 bytes from rank 0 (tag 0) matched a send of 32 bytes"),
       std::string::npos)
       << results[1].output;
+  EXPECT_NE(results[1].output.find("all_to_all split mismatch: rank 0 sends 2 elements to rank "
+                                   "1, which expects 3"),
+            std::string::npos)
+      << results[1].output;
 }
+
+INSTANTIATE_TEST_SUITE_P(ShmAndTcp, GlooSizeMismatch, ::testing::Values("", "0"));
 
 // A timeout in a sub-communicator names the missing peer by its global rank, as the user knows it,
 // and its rank in the group.

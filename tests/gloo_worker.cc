@@ -141,7 +141,8 @@ int main(int argc, char** argv) {
     if (scenario == "size_mismatch") {
       // Rank 1 receives 4 floats where rank 0 sends 8, then 8 where rank 0 sends 4, then an
       // uneven all_to_all whose splits disagree. Each time rank 1 fails with invalid_argument
-      // and nobody dies; a final all_reduce proves the communicator is still in step.
+      // (rank 0 too in the all_to_all through shared memory) and nobody dies; a final
+      // all_reduce proves the communicator is still in step.
       int failures = 0;
       std::vector<float> eight(8, 1.0f), four(4, 2.0f);
       for (int round = 0; round < 2; ++round) {

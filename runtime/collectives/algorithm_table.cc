@@ -76,8 +76,10 @@ AlgorithmOverrides algorithm_overrides_from_env() {
 bool can_run(Algorithm algorithm, const Op& op, const GroupShape& group) {
   if (!runs_kind(algorithm, op.kind)) return false;
   switch (algorithm) {
-    case Algorithm::kSlots:  // Uneven all_to_all: each rank's share differs, a slot's does not.
-      return group.slot_bytes > 0 && !(op.kind == OpKind::kAllToAll && !op.input_splits.empty());
+    case Algorithm::kSlots:  // Uneven all_to_all's first exchange: 2n splits of 8 bytes.
+      return group.slot_bytes > 0 &&
+             (op.input_splits.empty() ||
+              group.slot_bytes >= 2 * sizeof(uint64_t) * static_cast<size_t>(group.size));
     case Algorithm::kRecursiveDoubling:  // Elsewhere the surplus ranks need extra steps.
       return std::has_single_bit(static_cast<unsigned>(group.size));
     default:

@@ -1,5 +1,7 @@
 #include "runtime/collectives/slot_collectives.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -94,10 +96,68 @@ void consume_chunk(const Op& op, const SlotExchange& slots, size_t count, size_t
   }
 }
 
+// Uneven all_to_all. The first exchange carries every rank's input and output splits, so every
+// rank sees the whole matrix: all check it alike (a mismatch fails every rank before any data
+// moves, and they stay in step) and derive the same number of rounds. In each round rank q's slot
+// holds n pieces of `piece` elements side by side, piece j the next part of what q sends to j.
+void all_to_all_uneven(const Op& op, SlotExchange& slots, const SlotStamp& stamp,
+                       std::chrono::steady_clock::time_point deadline) {
+  const int n = slots.size();
+  const int me = slots.rank();
+  auto* mine = reinterpret_cast<uint64_t*>(slots.my_slot());  // Slots are cache-line aligned.
+  for (int j = 0; j < n; ++j) {
+    mine[j] = op.input_splits[j];
+    mine[n + j] = op.output_splits[j];
+  }
+  slots.exchange(stamp, deadline);
+  uint64_t most = 0;  // The largest piece any rank sends to any rank.
+  for (int from = 0; from < n; ++from) {
+    const auto* row = reinterpret_cast<const uint64_t*>(slots.slot(from));
+    for (int to = 0; to < n; ++to) {
+      const uint64_t expects = reinterpret_cast<const uint64_t*>(slots.slot(to))[n + from];
+      if (row[to] != expects) {
+        throw Error(ErrorCode::kInvalidArgument, {},
+                    fmt::format("all_to_all split mismatch: rank {} sends {} elements to rank {}, "
+                                "which expects {}",
+                                from, row[to], to, expects));
+      }
+      most = std::max(most, row[to]);
+    }
+  }
+  const size_t element_bytes = dtype_size_bytes(op.input.dtype);
+  const size_t piece = slots.slot_bytes() / static_cast<size_t>(n) / element_bytes;
+  for (uint64_t done = 0; done < most; done += piece) {
+    char* slot = slots.my_slot();
+    size_t offset = 0;  // Of the block for rank j in the input.
+    for (int j = 0; j < n; ++j) {
+      const size_t count = op.input_splits[j];
+      if (count > done) {
+        std::memcpy(slot + j * piece * element_bytes, byte_at(op.input, offset + done),
+                    std::min<size_t>(piece, count - done) * element_bytes);
+      }
+      offset += count;
+    }
+    slots.exchange(stamp, deadline);
+    offset = 0;  // Of the block from rank q in the output.
+    for (int q = 0; q < n; ++q) {
+      const size_t count = op.output_splits[q];
+      if (count > done) {
+        std::memcpy(byte_at(op.output, offset + done),
+                    slots.slot(q) + static_cast<size_t>(me) * piece * element_bytes,
+                    std::min<size_t>(piece, count - done) * element_bytes);
+      }
+      offset += count;
+    }
+  }
+}
+
 }  // namespace
 
 void run_through_slots(const Op& op, SlotExchange& slots, const SlotStamp& stamp,
                        std::chrono::steady_clock::time_point deadline) {
+  if (op.kind == OpKind::kAllToAll && !op.input_splits.empty()) {
+    return all_to_all_uneven(op, slots, stamp, deadline);
+  }
   const SlotShape shape = slot_shape(op, slots.rank(), slots.size());
   const size_t element_bytes = dtype_size_bytes(shape.dtype);
   // Elements per block per exchange: a slot holds at least 8 bytes per rank, so at least one of

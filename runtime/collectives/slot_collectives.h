@@ -11,9 +11,10 @@
 
 namespace meshrt {
 
-// Runs `op` (any collective but uneven all_to_all: can_run(Algorithm::kSlots, ...)) through
-// `slots`, whose rank and size are the op's group's. Every exchange carries `stamp`. Throws the
-// exchange's Error; kInternal when a slot holds under one element per rank.
+// Runs `op` (any collective: can_run(Algorithm::kSlots, ...)) through `slots`, whose rank and
+// size are the op's group's. Every exchange carries `stamp`. Throws the exchange's Error;
+// kInvalidArgument on every rank alike when an uneven all_to_all's splits disagree; kInternal
+// when a slot holds under one element per rank.
 void run_through_slots(const Op& op, SlotExchange& slots, const SlotStamp& stamp,
                        std::chrono::steady_clock::time_point deadline);
 
