@@ -5,7 +5,6 @@
 #include <gloo/allgather.h>
 #include <gloo/broadcast.h>
 #include <gloo/context.h>
-#include <linux/futex.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -29,11 +28,8 @@
 #include <random>
 #include <utility>
 
+#include "runtime/collectives/futex.h"
 #include "trace/logging.h"
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
 
 namespace meshrt {
 namespace {
@@ -49,37 +45,11 @@ constexpr uint32_t kSetupTag = 0x53484d00;  // "SHM\0"
 // spinning rank would take the core its peer needs.
 constexpr std::chrono::nanoseconds kSpin = std::chrono::microseconds(50);
 
-// After this many spins in a row ran out, 2^this - 1 = 63 waits sleep at once before the next
-// spin: a spin that runs out costs kSpin, so while the peer is descheduled again and again
-// spinning takes under 1% of the waits.
-constexpr uint32_t kMaxSpinMisses = 6;
-
 // The longest a waiter sleeps before it checks its deadline and whether a peer exited.
 constexpr std::chrono::milliseconds kSlice{20};
 
 constexpr size_t kCacheLine = 64;
 constexpr size_t kNameBytes = 64;
-
-static_assert(std::atomic<uint32_t>::is_always_lock_free && sizeof(std::atomic<uint32_t>) == 4,
-              "futex words must be plain 32-bit words");
-
-// Futexes on the shared mapping, not FUTEX_PRIVATE_FLAG: waiter and waker are other processes.
-void futex_wake_all(std::atomic<uint32_t>& word) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
-}
-void futex_wait(std::atomic<uint32_t>& word, uint32_t seen, std::chrono::nanoseconds timeout) {
-  const auto s = std::chrono::duration_cast<std::chrono::seconds>(timeout);
-  const timespec ts{static_cast<time_t>(s.count()), static_cast<long>((timeout - s).count())};
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT, seen, &ts, nullptr, 0);
-}
-
-void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  _mm_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
 
 // Whether exchange number `have` is at or past `want`, across the 32-bit wrap.
 bool reached(uint32_t have, uint32_t want) { return static_cast<int32_t>(have - want) >= 0; }
@@ -446,23 +416,17 @@ void ShmGroup::throw_if_aborted_or_exited(int q) const {
 void ShmGroup::wait_for(int q, uint32_t e, Clock::time_point deadline) {
   Control& c = control(q);
   if (reached(c.published.load(std::memory_order_acquire), e)) return;
-  if (spins_skipped_ > 0) {
-    --spins_skipped_;
-  } else if (spin_.count() > 0) {
+  if (spin_.count() > 0 && backoff_.may_spin()) {
     const auto spin_end = Clock::now() + spin_;
     for (uint32_t i = 1;; ++i) {
       cpu_relax();
       if (reached(c.published.load(std::memory_order_acquire), e)) {
-        spin_misses_ = 0;
+        backoff_.record(true);
         return;
       }
       if (i % 64 == 0 && Clock::now() >= spin_end) break;
     }
-    // The peer was busy elsewhere, or not running: then spinning would keep taking a core it
-    // needs (another process busy, more ranks than cores). The next 1, 3, 7, ... 63 waits sleep
-    // at once, the more the longer spins keep running out; one that succeeds starts over.
-    spin_misses_ = std::min(spin_misses_ + 1, kMaxSpinMisses);
-    spins_skipped_ = (1u << spin_misses_) - 1;
+    backoff_.record(false);  // The waits after it sleep at once for a while.
   }
   for (;;) {
     const auto now = Clock::now();

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/collectives/futex.h"
 #include "runtime/collectives/slot_exchange.h"
 #include "runtime/error.h"
 
@@ -82,8 +83,7 @@ class ShmGroup : public SlotExchange {
   size_t slot_bytes_;
   size_t slot_stride_;             // Header and data of one slot, rounded to a cache line.
   std::chrono::nanoseconds spin_;  // How long a waiter spins before it sleeps.
-  uint32_t spin_misses_ = 0;       // Spins in a row that ran out (wait_for).
-  uint32_t spins_skipped_ = 0;     // Waits left that skip the spin.
+  SpinBackoff backoff_;            // Whether wait_for spins.
   uint32_t exchanges_ = 0;         // Exchanges done: the next one is exchanges_ + 1.
   std::atomic<bool> aborted_{false};
   std::vector<int> peer_pidfds_;   // Per rank: a pidfd, or -1 (this process, or none).
