@@ -38,7 +38,7 @@ LAYERS = [
     ("runtime", ("runtime/",), TRACE + RUNTIME, ("trace/analyze/",)),
     ("mesh", ("mesh/",), TRACE + RUNTIME + MESH, ("trace/analyze/",)),
     ("launcher", ("launcher/",), ("launcher/", "trace/atomic_file.h", "trace/env.h",
-                                  "trace/live_metrics.h",
+                                  "trace/live_metrics.h", "trace/op_kind.h",
                                   "trace/logging.h", "meshrt_config.h") + STORE, ()),
     ("examples", ("examples/",), TRACE + RUNTIME + MESH, ("trace/analyze/",)),
     ("bench", ("bench/",), TRACE + RUNTIME + MESH + ("bench/", "launcher/"), ()),

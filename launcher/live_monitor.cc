@@ -10,6 +10,7 @@
 #include "runtime/store/live_keys.h"
 #include "trace/atomic_file.h"
 #include "trace/env.h"
+#include "trace/op_kind.h"
 
 namespace meshrt::launcher {
 namespace {
@@ -21,7 +22,7 @@ using std::chrono::milliseconds;
 
 std::string LongestOp::text() const {
   if (peer < 0) return fmt::format("{} {} #{}", group, op, seq);
-  return fmt::format("{} {} #{} {} rank {}", group, op, seq, op == "send" ? "to" : "from", peer);
+  return group + " " + trace::p2p_op_text(op, seq, peer);
 }
 
 LiveMonitorOptions live_monitor_options_from_env() {

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "trace/op_kind.h"
+
 namespace meshrt {
 namespace {
 
@@ -17,8 +19,7 @@ std::string format_message(ErrorCode code, const ErrorContext& c, const std::str
   if (!c.op.empty()) {
     std::string op = c.seq >= 0 ? fmt::format("{} #{}", c.op, c.seq) : c.op;
     if (c.peer >= 0 && c.channel_seq > 0) {
-      op = fmt::format("{} #{} {} rank {}", c.op, c.channel_seq, c.op == "send" ? "to" : "from",
-                       c.peer);
+      op = trace::p2p_op_text(c.op, c.channel_seq, c.peer);
       if (c.seq >= 0) op += fmt::format(" (p2p_seq_id {})", c.seq);
     } else if (c.op_id >= 0 && c.op_id != c.seq) {
       op += fmt::format(" (op_id {})", c.op_id);

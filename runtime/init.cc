@@ -205,15 +205,13 @@ struct WorldResources {
       store->add(exit_keys::kArrived, 1);
       if (server) {
         wait_for_leavers(watchdog);
-        collect_stragglers_at_exit(*store, rank, world_size);
-        if (watchdog.job_failed()) watchdog.wait_for_post_mortem();
       } else {
         wait_for_arrivals(watchdog);
-        collect_stragglers_at_exit(*store, rank, world_size);  // Rank 0 when a launcher hosts.
-        if (watchdog.job_failed()) watchdog.wait_for_post_mortem();
-        // The last call this rank makes: the host may take the store down once all have made it.
-        store->add(exit_keys::kLeft, 1);
       }
+      collect_stragglers_at_exit(*store, rank, world_size);  // Rank 0 (or whoever hosts).
+      if (watchdog.job_failed()) watchdog.wait_for_post_mortem();
+      // The last call a guest makes: the host may take the store down once all have made it.
+      if (!server) store->add(exit_keys::kLeft, 1);
     } catch (const std::exception& e) {
       log().warn("exit barrier: {}", e.what());
     }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 
 namespace meshrt {
@@ -75,5 +76,12 @@ std::optional<OpKind> op_kind_from_name(std::string_view name);
 inline std::string_view op_kind_name(OpKind kind) { return op_info(kind).name; }
 // op_info(kind).p2p: true for send, recv and batch_p2p.
 inline bool is_p2p(OpKind kind) { return op_info(kind).p2p; }
+
+// A p2p op as every message, verdict and page names it, by its number on the channel between
+// the two ranks and its peer's global rank: "send #3 to rank 5", "recv #3 from rank 2".
+inline std::string p2p_op_text(std::string_view op, int64_t channel_seq, int peer) {
+  return std::string(op) + " #" + std::to_string(channel_seq) +
+         (op == op_kind_name(OpKind::kSend) ? " to rank " : " from rank ") + std::to_string(peer);
+}
 
 }  // namespace meshrt::trace

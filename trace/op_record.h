@@ -153,9 +153,8 @@ inline std::string op_text(const OpRecord& record) {
   const bool known_peer = record.is_p2p && record.comm && record.root_or_peer >= 0 &&
                           record.root_or_peer < static_cast<int>(record.comm->global_ranks.size());
   if (!known_peer) return std::string(record.op) + " #" + std::to_string(trace_seq(record));
-  return std::string(record.op) + " #" + std::to_string(record.p2p_channel_seq) +
-         (record.kind == OpKind::kSend ? " to rank " : " from rank ") +
-         std::to_string(record.comm->global_ranks[record.root_or_peer]);
+  return p2p_op_text(record.op, static_cast<int64_t>(record.p2p_channel_seq),
+                     record.comm->global_ranks[record.root_or_peer]);
 }
 
 // How long the op ran, start to end, in nanoseconds; 0 when it never started or has not ended

@@ -67,10 +67,7 @@ inline std::string unwritten(int rank) { return "fr/unwritten/" + std::to_string
 // for a rank that ended without one, whoever claims dump_done(rank) first. `by` names the
 // claimant ("rank", "meshrun"). Returns whether this call counted. Throws the store's Error.
 inline bool count_dump_once(Store& store, int rank, std::string_view by) {
-  const Bytes now = store.compare_set(dump_done(rank), {}, std::span<const char>(by));
-  if (std::string_view(now.data(), now.size()) != by) return false;
-  store.add(kDumpsWritten, 1);
-  return true;
+  return claim_once(store, dump_done(rank), by, kDumpsWritten);
 }
 
 }  // namespace meshrt::dump_keys

@@ -26,10 +26,7 @@ inline std::string rank(int r) { return "exit/rank" + std::to_string(r); }
 // Writes `record` as rank `r`'s exit record unless one is there already (the rank's own comes
 // first); returns whether this call wrote it. Throws the store's Error.
 inline bool record_once(Store& store, int r, std::string_view record) {
-  const Bytes now = store.compare_set(rank(r), {}, std::span<const char>(record));
-  if (std::string_view(now.data(), now.size()) != record) return false;
-  store.add(kRecords, 1);
-  return true;
+  return claim_once(store, rank(r), record, kRecords);
 }
 
 }  // namespace meshrt::exit_keys

@@ -8,6 +8,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace meshrt {
@@ -52,5 +53,16 @@ class Store {
 inline std::span<const char> as_bytes(const std::string& s) { return {s.data(), s.size()}; }
 // Convenience: a string from store bytes.
 inline std::string to_string(const Bytes& b) { return std::string(b.begin(), b.end()); }
+
+// Sets `key` to `value` unless some caller set it first, and only then adds 1 to `counter`: each
+// key is counted once, whoever claims it and however often. Returns whether this call claimed it.
+// Throws the store's Error.
+inline bool claim_once(Store& store, const std::string& key, std::string_view value,
+                       const std::string& counter) {
+  const Bytes now = store.compare_set(key, {}, std::span<const char>(value));
+  if (std::string_view(now.data(), now.size()) != value) return false;
+  store.add(counter, 1);
+  return true;
+}
 
 }  // namespace meshrt

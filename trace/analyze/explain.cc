@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "trace/analyze/format.h"
+#include "trace/analyze/own_history.h"
 
 namespace meshrt::trace::analysis {
 namespace {
@@ -273,23 +274,18 @@ class Explainer {
         fewest_rank, fewest);
   }
 
-  // Whether the op at entries[at] of dump `di` is what that rank's own recent ops predict: the
-  // shortest period p (up to 16) with which its last max(3p, 6) ops before it repeat (by group,
-  // op and call site) predicts entries[at - p]. nullopt when its history shows no clear period.
+  // Whether the op at entries[at] of dump `di` is what that rank's own recent ops predict, by
+  // group, op and call site (tail_period); nullopt when its history shows no clear pattern.
   std::optional<bool> keeps_own_pattern(size_t di, size_t at) const {
     const RankDump& d = m_.dumps[di];
     auto key = [&](size_t i) {
       const DumpEntry& e = d.entries[i];
       return std::tuple(m_.states[di].global_group[e.group], e.type, e.caller);
     };
-    for (size_t p = 1; p <= 16; ++p) {
-      const size_t need = std::max<size_t>(3 * p, 6);
-      if (at < need) break;
-      bool periodic = true;
-      for (size_t i = at - need; i + p < at && periodic; ++i) periodic = key(i) == key(i + p);
-      if (periodic) return key(at) == key(at - p);
-    }
-    return std::nullopt;
+    const std::optional<size_t> p =
+        tail_period(at, [&](size_t i, size_t j) { return key(i) == key(j); });
+    if (!p) return std::nullopt;
+    return key(at) == key(at - *p);
   }
 
   // A cycle of not_joined waits, each blaming one rank, where exactly one of those ranks waits in

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "trace/analyze/dump_reader.h"
+#include "trace/op_kind.h"
 
 namespace meshrt::trace {
 namespace {
@@ -32,11 +33,9 @@ std::string cell(const json& c, int64_t threshold_ms) {
     const int peer = f.value("peer", -1);
     const std::string op = f.at("op").get<std::string>();
     // A p2p op by its number on its channel, as both ends and the verdict count it.
-    const std::string what =
-        f.value("p2p", false) && peer >= 0
-            ? fmt::format("{} #{} {} rank {}", op, f.value("channel_seq", int64_t{0}),
-                          op == "send" ? "to" : "from", peer)
-            : fmt::format("{} #{}", op, f.at("seq").get<int64_t>());
+    const std::string what = f.value("p2p", false) && peer >= 0
+                                 ? p2p_op_text(op, f.value("channel_seq", int64_t{0}), peer)
+                                 : fmt::format("{} #{}", op, f.at("seq").get<int64_t>());
     return fmt::format("{} running {}{}", what, secs(ms),
                        threshold_ms > 0 && ms >= threshold_ms ? " !" : "");
   }

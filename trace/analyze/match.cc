@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "trace/analyze/format.h"
+#include "trace/analyze/own_history.h"
 
 namespace meshrt::trace::analysis {
 namespace {
@@ -492,11 +493,8 @@ class Matcher {
 
   // A loop's ops repeat: a side of a tie whose op is what its own recent ops predict kept its
   // pattern; the side that broke its own repetition (skipped or added a call) is the culprit.
-  // Periods up to kMaxPeriod, seen at least kMinRepeats times and over kMinOps ops, in the last
-  // kMaxHistory ops with consecutive sequence numbers (lost records end the history).
-  static constexpr size_t kMaxPeriod = 16;
-  static constexpr size_t kMinRepeats = 3;
-  static constexpr size_t kMinOps = 6;
+  // Patterns (own_history.h) in the last kMaxHistory ops with consecutive sequence numbers (lost
+  // records end the history).
   static constexpr size_t kMaxHistory = 256;
 
   // What a pattern compares: each entry's op, call site, scope, shapes and dtypes.
@@ -550,18 +548,13 @@ class Matcher {
     std::vector<std::vector<int64_t>> h;
     h.reserve(n);
     for (size_t i = start; i < at; ++i) h.push_back(signature(x, x.rg->ops[i]));
-    for (size_t p = 1; p <= kMaxPeriod && p * kMinRepeats <= n; ++p) {
-      // The periodic run that ends the history: h[j] == h[j - p] from its start to the end.
-      size_t j = n - 1;
-      while (j >= p && h[j] == h[j - p]) --j;
-      const size_t run = j < p ? n : n - 1 - j + p;
-      if (run < std::max(kMinRepeats * p, kMinOps)) continue;
-      out.period = p;
-      for (size_t i = at - p; i < at; ++i) out.cycle.push_back(&x.rg->ops[i]);
-      out.predicted = &x.rg->ops[at - p];
-      out.verdict = signature(x, *x.op) == h[n - p] ? Pattern::kKept : Pattern::kDeparted;
-      return out;
-    }
+    const std::optional<size_t> p =
+        tail_period(n, [&](size_t i, size_t j) { return h[i] == h[j]; });
+    if (!p) return out;
+    out.period = *p;
+    for (size_t i = at - *p; i < at; ++i) out.cycle.push_back(&x.rg->ops[i]);
+    out.predicted = &x.rg->ops[at - *p];
+    out.verdict = signature(x, *x.op) == h[n - *p] ? Pattern::kKept : Pattern::kDeparted;
     return out;
   }
 
@@ -1073,10 +1066,8 @@ Matching match(std::vector<RankDump> dumps, const AnalyzeOptions& options) {
 
 std::string op_phrase(const OpKey& key, std::string_view type, int as_rank) {
   if (key.src < 0) return fmt::format("{} #{}", type, key.seq);
-  if (as_rank == key.src) {
-    return fmt::format("{} #{} to rank {}", op_kind_name(OpKind::kSend), key.seq, key.dst);
-  }
-  return fmt::format("{} #{} from rank {}", op_kind_name(OpKind::kRecv), key.seq, key.src);
+  if (as_rank == key.src) return p2p_op_text(op_kind_name(OpKind::kSend), key.seq, key.dst);
+  return p2p_op_text(op_kind_name(OpKind::kRecv), key.seq, key.src);
 }
 
 }  // namespace meshrt::trace::analysis
