@@ -83,6 +83,16 @@ BufferView view(std::span<T> s, Shape shape = {}) {
   using U = std::remove_const_t<T>;
   return {const_cast<U*>(s.data()), s.size(), dtype_of<U>(), Device::cpu(), shape};
 }
+// A CPU view of `count` elements of `dtype` at `data`: a trainer's own memory (a raw array, an
+// arena, a buffer from C or another language).
+inline BufferView view(void* data, size_t count, DType dtype, Shape shape = {}) {
+  return {data, count, dtype, Device::cpu(), shape};
+}
+// A CPU view of `count` elements at `data`; the dtype follows from T.
+template <typename T>
+BufferView view(T* data, size_t count, Shape shape = {}) {
+  return view(std::span<T>(data, count), shape);
+}
 // A CPU view of a whole vector.
 template <typename T>
 BufferView view(std::vector<T>& v, Shape shape = {}) {

@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <latch>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -58,6 +60,29 @@ TEST(Inproc, SixtyFourRanksAllReduceAndSplit) {
     std::vector<int64_t> y{world.rank()};
     group->all_reduce(view(y), ReduceOp::kMax)->wait();
     ASSERT_EQ(y[0], (world.rank() / 8) * 8 + 7);
+  });
+}
+
+// Views of a trainer's raw memory: a typed pointer and count, or bytes with a dtype (what a C
+// caller has); an all_reduce of one and an all_gather from the other land element by element.
+TEST(Inproc, RawPointerViews) {
+  run_inproc(3, [](Communicator& world) {
+    const auto array = std::make_unique<double[]>(5);
+    for (int i = 0; i < 5; ++i) array[i] = world.rank() + i;
+    world.all_reduce(view(array.get(), 5))->wait();
+    for (int i = 0; i < 5; ++i) ASSERT_EQ(array[i], 3 + 3 * i);
+    int32_t mine[2] = {world.rank(), -world.rank()};
+    std::vector<char> gathered(3 * sizeof(mine));
+    world
+        .all_gather(view(static_cast<void*>(mine), 2, DType::kI32),
+                    view(static_cast<void*>(gathered.data()), 6, DType::kI32))
+        ->wait();
+    for (int r = 0; r < 3; ++r) {
+      int32_t pair[2];
+      std::memcpy(pair, gathered.data() + r * sizeof(pair), sizeof(pair));
+      ASSERT_EQ(pair[0], r);
+      ASSERT_EQ(pair[1], -r);
+    }
   });
 }
 
