@@ -14,13 +14,13 @@ set -u -o pipefail
 BEFORE=$(realpath "$1") AFTER=$(realpath "$2") ROUNDS=${3:-7}
 MESHRUN=$AFTER/meshrun
 # name | env | meshrt-bench arguments (one size: the line of the table to read)
-CASES=(${AB_CASES:+"$AB_CASES"})
-[ -n "${AB_CASES:-}" ] || CASES=(
+CASES=(
   "shm all_reduce 8 B|-|--coll all_reduce -b 8 -e 8 -w 200 -n 5000"
   "tcp all_reduce 8 B (recursive doubling)|MESHRT_GLOO_SHM_SLOT_BYTES=0|--coll all_reduce -b 8 -e 8 -w 50 -n 1000"
   "tcp reduce_scatter 1 MiB (ring)|MESHRT_GLOO_SHM_SLOT_BYTES=0|--coll reduce_scatter -b 1M -e 1M -w 5 -n 50"
   "shm all_reduce 16 MiB|-|--coll all_reduce -b 16M -e 16M -w 2 -n 20"
 )
+[ -n "${AB_CASES:-}" ] && CASES=("$AB_CASES")
 # The in-place time of the one size line, as meshrt-bench prints it on rank 0.
 one() {
   local build=$1 env=$2 args=$3

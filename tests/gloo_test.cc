@@ -218,9 +218,10 @@ class GlooForcedAlgorithm : public ::testing::TestWithParam<std::pair<std::strin
 
 TEST_P(GlooForcedAlgorithm, EveryCollectiveIsRightAndRecordedAsRunByIt) {
   const auto [forced, all_reduce_algorithm] = GetParam();
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                                    fmt::format("meshrt_algo_{}_{}", ::getpid(), forced.size());
-  std::filesystem::create_directories(dir);
+  std::string dir_template =
+      (std::filesystem::temp_directory_path() / "meshrt_algo_XXXXXX").string();
+  ASSERT_NE(::mkdtemp(dir_template.data()), nullptr);
+  const std::filesystem::path dir = dir_template;
   const auto results = run_ranks({MESHRT_GLOO_WORKER, "collectives"}, 4, std::chrono::seconds(90),
                                  {{"MESHRT_INIT_TIMEOUT_MS", "30000"},
                                   {"MESHRT_TIMEOUT_MS", "30000"},

@@ -163,7 +163,6 @@ class GlooBackend : public Backend {
         comm_store_(std::make_shared<PrefixStore>(store_key, store_)),
         device_(std::move(device)),
         context_(std::move(context)),
-        one_shot_max_bytes_(one_shot_max_bytes),
         shm_slot_bytes_(shm_slot_bytes),
         overrides_(overrides),
         shm_(make_shm_group(context_, store_key, shm_slot_bytes, timeout)),
@@ -213,8 +212,8 @@ class GlooBackend : public Backend {
         gloo::barrier(o);
       }
       return std::make_unique<GlooBackend>(store_, spec.store_key, device_, std::move(context),
-                                           one_shot_max_bytes_, shm_slot_bytes_, overrides_,
-                                           spec.timeout);
+                                           shape_.recursive_doubling_max_bytes, shm_slot_bytes_,
+                                           overrides_, spec.timeout);
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {
@@ -482,7 +481,6 @@ class GlooBackend : public Backend {
   std::shared_ptr<Store> comm_store_;  // store_ under this communicator's key.
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> context_;
-  const size_t one_shot_max_bytes_;     // GlooConfig::one_shot_max_bytes.
   const size_t shm_slot_bytes_;         // GlooConfig::shm_slot_bytes.
   const AlgorithmOverrides overrides_;  // MESHRT_ALGO, read by the world's creation; inherited.
   std::unique_ptr<ShmGroup> shm_;       // Null when the ranks cannot share memory.
