@@ -3,7 +3,7 @@
 # interleaved rounds, ending with one ratio line per comparison and a PNG of busbw against size.
 #
 #   bench/meshrt_bench_compare.sh BUILD_DIR [-r ROUNDS] [-w "2 4"] [-o OUT_DIR] [-t SECONDS]
-#                                 [-e MAXBYTES] [--plot PNG] [--contended]
+#                                 [-e MAXBYTES] [--plot PNG] [--contended] [--hosts LIST]
 #
 # BUILD_DIR holds a built bench/meshrt-bench (use a release build for figures: meson setup
 # build-release --buildtype=release && ninja -C build-release bench/meshrt-bench). Each round
@@ -21,11 +21,14 @@
 # placement meshrt runs natively (all_reduce and broadcast in place, the others out of place).
 # --plot writes busbw against size (medians over rounds, first world size) with gnuplot.
 # --contended keeps a shell loop spinning for the whole run (the other core busy).
+# --hosts "a,a,b,b" plays hosts on this machine: rank r gets MESHRT_SIMULATED_HOST=(item r), so
+# meshrt shares memory only within a host and goes hierarchical; raw Gloo and PyTorch always use
+# TCP between every pair, as they do across real hosts. The list needs one item per rank.
 set -u -o pipefail
-usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 [ $# -ge 1 ] || usage
 BUILD=$1; shift
-ROUNDS=7 WORLDS="2" OUT="" LIMIT=300 PLOT="" CONTENDED=0 MAXBYTES=64M
+ROUNDS=7 WORLDS="2" OUT="" LIMIT=300 PLOT="" CONTENDED=0 MAXBYTES=64M HOSTS=
 while [ $# -gt 0 ]; do
   case $1 in
     -r) ROUNDS=$2; shift 2 ;;
@@ -35,6 +38,7 @@ while [ $# -gt 0 ]; do
     -e) MAXBYTES=$2; shift 2 ;;
     --plot) PLOT=$2; shift 2 ;;
     --contended) CONTENDED=1; shift ;;
+    --hosts) HOSTS=$2; shift 2 ;;
     *) usage ;;
   esac
 done
@@ -52,7 +56,7 @@ declare -A PASS_ARGS=([lat]="-b 8 -e 8 -w 50 -n 500" [bw]="-b 4K -e $MAXBYTES -f
   echo "build: $BUILD ($(meson introspect "$BUILD" --buildoptions 2>/dev/null | $PY -c \
     'import json,sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"]=="buildtype"))' \
     2>/dev/null || echo unknown))"
-  echo "rounds: $ROUNDS, world sizes: $WORLDS, contended: $CONTENDED"
+  echo "rounds: $ROUNDS, world sizes: $WORLDS, contended: $CONTENDED${HOSTS:+, hosts: $HOSTS}"
   echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 } | tee "$OUT/env.txt" >&2
 
@@ -70,8 +74,9 @@ run_group() {
     torch) cmd=("$PY" "$HERE/torch_meshrt_bench.py") ;;
   esac
   port=$(free_port)
+  IFS=, read -r -a host_of <<< "$HOSTS"
   for ((r = 0; r < n; r++)); do
-    RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 \
+    MESHRT_SIMULATED_HOST=${host_of[r]:-} RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 \
       MASTER_PORT=$port GLOO_SOCKET_IFNAME=lo MESHRT_RUN_ID="cmp$round" OMP_NUM_THREADS=1 \
       timeout -k 5 "$LIMIT" "${cmd[@]}" --coll $COLLS ${PASS_ARGS[$pass]} \
       --json "$OUT/$tag.json" > "$OUT/$tag.rank$r.out" 2>&1 &

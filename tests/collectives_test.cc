@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "runtime/collectives/algorithm_table.h"
+#include "runtime/collectives/hierarchical.h"
 #include "runtime/error.h"
 
 namespace meshrt {
@@ -70,6 +71,39 @@ TEST(AlgorithmTable, P2PAndUnevenAllToAllAndNothingToMove) {
   EXPECT_EQ(select_algorithm(uneven, group(4, 0)), Algorithm::kLibrary);
   EXPECT_EQ(select_algorithm(op_of(OpKind::kAllGather, 0), g), Algorithm::kNone);
   EXPECT_EQ(select_algorithm(op_of(OpKind::kCoalesced, 0), g), Algorithm::kNone);
+}
+
+TEST(AlgorithmTable, AcrossHostsTheHierarchyRunsWhatItCan) {
+  GroupShape hosts = group(4, 0);
+  hosts.hierarchy = true;
+  for (OpKind kind : {OpKind::kAllReduce, OpKind::kReduce, OpKind::kBroadcast, OpKind::kAllGather,
+                      OpKind::kReduceScatter, OpKind::kBarrier}) {
+    EXPECT_EQ(select_algorithm(op_of(kind, 1 << 20), hosts), Algorithm::kHierarchical)
+        << op_kind_name(kind);
+  }
+  EXPECT_EQ(select_algorithm(op_of(OpKind::kAllToAll, 64), hosts), Algorithm::kLibrary);
+  EXPECT_EQ(select_algorithm(op_of(OpKind::kGather, 64), hosts), Algorithm::kLibrary);
+  // Forced away from it, where the forced one can run.
+  EXPECT_EQ(select_algorithm(op_of(OpKind::kAllReduce, 64), hosts,
+                             parse_algorithm_overrides("all_reduce=library")),
+            Algorithm::kLibrary);
+  // Forced onto it without host transports: the table decides.
+  EXPECT_EQ(select_algorithm(op_of(OpKind::kAllGather, 64), group(4, 0),
+                             parse_algorithm_overrides("hierarchical")),
+            Algorithm::kLibrary);
+  EXPECT_THROW(parse_algorithm_overrides("all_to_all=hierarchical"), Error);
+}
+
+// Hosts are numbered by their lowest rank; an unknown host (0) shares with no one.
+TEST(HostLayout, GroupsRanksByHostInOrderOfTheirLowestRank) {
+  const std::vector<uint64_t> ids = {7, 9, 7, 0, 9, 0, 7};
+  const HostLayout layout = HostLayout::from_host_ids(ids);
+  EXPECT_EQ(layout.ranks, (std::vector<std::vector<int>>{{0, 2, 6}, {1, 4}, {3}, {5}}));
+  EXPECT_EQ(layout.host_of, (std::vector<int>{0, 1, 0, 2, 1, 3, 0}));
+  EXPECT_EQ(layout.local_rank_of, (std::vector<int>{0, 0, 1, 0, 1, 0, 2}));
+  EXPECT_TRUE(layout.worth_a_hierarchy());
+  EXPECT_FALSE(HostLayout::from_host_ids(std::vector<uint64_t>{1, 1, 1}).worth_a_hierarchy());
+  EXPECT_FALSE(HostLayout::from_host_ids(std::vector<uint64_t>{1, 2, 0}).worth_a_hierarchy());
 }
 
 TEST(AlgorithmTable, OverridesWinWhereTheyCanRun) {

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -249,15 +250,60 @@ INSTANTIATE_TEST_SUITE_P(
                                 std::string("recursive_doubling")},
                       std::pair{std::string(""), std::string("slots")}));
 
+// Ranks on simulated hosts (MESHRT_SIMULATED_HOST per rank): every collective, checked element-wise
+// and for the same bits on every rank, runs hierarchically wherever some host holds several ranks:
+// hosts of consecutive ranks or interleaved, of one rank or several, 2 hosts (leaders by recursive
+// doubling) or 3 (by the ring).
+class GlooAcrossHosts : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GlooAcrossHosts, EveryCollectiveIsRightAndAllReduceRunsHierarchically) {
+  const std::string hosts = GetParam();
+  const int n = static_cast<int>(std::count(hosts.begin(), hosts.end(), ',')) + 1;
+  std::string dir_template =
+      (std::filesystem::temp_directory_path() / "meshrt_hosts_XXXXXX").string();
+  ASSERT_NE(::mkdtemp(dir_template.data()), nullptr);
+  const std::filesystem::path dir = dir_template;
+  const auto results = run_ranks({MESHRT_GLOO_WORKER, "collectives"}, n, std::chrono::seconds(120),
+                                 {{"MESHRT_INIT_TIMEOUT_MS", "30000"},
+                                  {"MESHRT_TIMEOUT_MS", "30000"},
+                                  {"TEST_SIMULATED_HOSTS", hosts},
+                                  // The large all_reduce check stripes on uniform layouts.
+                                  {"MESHRT_GLOO_STRIPE_MIN_BYTES", "1048576"},
+                                  {"MESHRT_TRACE_JSONL", (dir / "ops_{rank}.jsonl").string()}});
+  for (const auto& r : results) EXPECT_EQ(r.exit_code, 0) << describe(results);
+  for (int rank = 0; rank < n; ++rank) {
+    std::ifstream in(dir / fmt::format("ops_{}.jsonl", rank));
+    std::map<std::string, int> hierarchical;  // By op, in the whole world.
+    for (std::string line; std::getline(in, line);) {
+      const auto j = nlohmann::json::parse(line);
+      if (j.value("group_size", 0) != n) continue;
+      if (j.value("algorithm", "") == "hierarchical") ++hierarchical[j.value("op", "")];
+    }
+    for (const char* op : {"all_reduce", "broadcast", "all_gather", "reduce_scatter"}) {
+      EXPECT_GT(hierarchical[op], 0) << "rank " << rank << ", " << op;
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, GlooAcrossHosts,
+                         ::testing::Values("a,a,b,b", "a,b,a,b", "a,a,a,b", "a,b,b,c,c"));
+
 // MESHRT_GLOO_SHM_SLOT_BYTES: "" = the all_reduce goes through shared memory, where survivors see
-// the dead process through its pidfd; "0" = by TCP, where they see its connections close.
+// the dead process through its pidfd; "0" = by TCP, where they see its connections close;
+// "hosts:a,a,b" = hierarchically, the dead rank alone on its host: its leader peer sees the
+// connection close, and the other rank of that host sees its leader leave.
 class GlooPeerDies : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GlooPeerDies, PeerKilledMidJobFailsTheOthersWithinTheTimeout) {
   const auto start = std::chrono::steady_clock::now();
   std::map<std::string, std::string> env{{"MESHRT_INIT_TIMEOUT_MS", "20000"},
                                          {"MESHRT_ON_TIMEOUT", "throw"}};
-  if (!GetParam().empty()) env["MESHRT_GLOO_SHM_SLOT_BYTES"] = GetParam();
+  if (GetParam().starts_with("hosts:")) {
+    env["TEST_SIMULATED_HOSTS"] = GetParam().substr(6);
+  } else if (!GetParam().empty()) {
+    env["MESHRT_GLOO_SHM_SLOT_BYTES"] = GetParam();
+  }
   const auto results =
       run_ranks({MESHRT_GLOO_WORKER, "peer_dies"}, 3, std::chrono::seconds(30), env);
   const auto elapsed = std::chrono::steady_clock::now() - start;
@@ -275,7 +321,7 @@ TEST_P(GlooPeerDies, PeerKilledMidJobFailsTheOthersWithinTheTimeout) {
   EXPECT_EQ(leaked_segments(), std::vector<std::string>{});
 }
 
-INSTANTIATE_TEST_SUITE_P(ShmAndTcp, GlooPeerDies, ::testing::Values("", "0"));
+INSTANTIATE_TEST_SUITE_P(ShmTcpAndHosts, GlooPeerDies, ::testing::Values("", "0", "hosts:a,a,b"));
 
 // The knobs are read when a Gloo world is made: a bad value must fail there, naming itself,
 // before any segment is reserved.

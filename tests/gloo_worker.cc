@@ -41,6 +41,31 @@ std::vector<std::string> check_same_bits_everywhere(meshrt::Communicator& world)
   return failures;
 }
 
+// An all_reduce of a size that takes many exchanges and, across hosts, the striped path (parts
+// of 1/L of the buffer per local rank, here not dividing evenly), summed and averaged in place.
+std::vector<std::string> check_large_all_reduce(meshrt::Communicator& world) {
+  const size_t count = 3 * 100003;
+  const double n = world.size();
+  std::vector<float> sum(count);
+  std::vector<double> avg(count);
+  for (size_t i = 0; i < count; ++i) {
+    sum[i] = static_cast<float>((world.rank() + 1) * static_cast<int>(i % 7));
+    avg[i] = sum[i];
+  }
+  world.all_reduce(meshrt::view(sum))->wait();
+  world.all_reduce(meshrt::view(avg), meshrt::ReduceOp::kAvg)->wait();
+  std::vector<std::string> failures;
+  for (size_t i = 0; i < count && failures.size() < 5; ++i) {
+    const double want = static_cast<double>(i % 7) * n * (n + 1) / 2;
+    if (sum[i] != static_cast<float>(want) || avg[i] != want / n) {
+      failures.push_back(
+          fmt::format("rank {}: large all_reduce element {}: sum {} avg {}, want {} {}",
+                      world.rank(), i, sum[i], avg[i], want, want / n));
+    }
+  }
+  return failures;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -48,6 +73,14 @@ int main(int argc, char** argv) {
   // "collectives_slot_mismatch": rank 1 asks for another slot size than its peers, so that the
   // communicator must fall back to TCP on every rank alike; then the same checks.
   const char* rank_env = std::getenv("RANK");
+  // TEST_SIMULATED_HOSTS="a,a,b,b": rank r plays host number r of the list (MESHRT_SIMULATED_HOST).
+  if (const char* hosts = std::getenv("TEST_SIMULATED_HOSTS"); hosts != nullptr && rank_env) {
+    std::string list = std::string(hosts) + ",";
+    for (int r = std::atoi(rank_env); r > 0 && list.find(',') != std::string::npos; --r) {
+      list.erase(0, list.find(',') + 1);
+    }
+    ::setenv("MESHRT_SIMULATED_HOST", list.substr(0, list.find(',')).c_str(), 1);
+  }
   if (scenario == "collectives_slot_mismatch" && rank_env != nullptr &&
       std::string(rank_env) == "1") {
     ::setenv("MESHRT_GLOO_SHM_SLOT_BYTES", "128", 1);
@@ -59,6 +92,8 @@ int main(int argc, char** argv) {
       auto more = meshrt::testing::check_p2p_and_split(*world);
       failures.insert(failures.end(), more.begin(), more.end());
       more = check_same_bits_everywhere(*world);
+      failures.insert(failures.end(), more.begin(), more.end());
+      more = check_large_all_reduce(*world);
       failures.insert(failures.end(), more.begin(), more.end());
       // Rank 0 hosts the store: nobody leaves while a peer may still be connecting through it.
       world->barrier()->wait();

@@ -5,8 +5,8 @@
 namespace meshrt {
 namespace {
 
-constexpr std::array<std::string_view, 5> kNames = {"library", "slots", "recursive_doubling",
-                                                    "ring", "none"};
+constexpr std::array<std::string_view, 6> kNames = {"library", "slots",        "recursive_doubling",
+                                                    "ring",    "hierarchical", "none"};
 
 }  // namespace
 

@@ -14,10 +14,11 @@ enum class Algorithm : uint8_t {
   kSlots,              // Through a slot exchange, chunk by chunk: every rank reads every slot.
   kRecursiveDoubling,  // all_reduce over pairs: log2(n) exchanges of the whole buffer.
   kRing,               // reduce_scatter over pairs: n-1 steps of one block each.
+  kHierarchical,       // Within each host through shared memory, across hosts between leaders.
   kNone,               // Nothing to move (an empty all_gather, a coalesced group's closing entry).
 };
 
-// "library", "slots", "recursive_doubling", "ring", "none" (static storage).
+// "library", "slots", "recursive_doubling", "ring", "hierarchical", "none" (static storage).
 std::string_view algorithm_name(Algorithm algorithm);
 // The algorithm named `name`; nullopt for an unknown name.
 std::optional<Algorithm> algorithm_from_name(std::string_view name);

@@ -5,6 +5,7 @@
 #include <bit>
 #include <string>
 
+#include "runtime/collectives/hierarchical.h"
 #include "runtime/error.h"
 #include "trace/env.h"
 
@@ -22,6 +23,8 @@ bool runs_kind(Algorithm algorithm, OpKind kind) {
       return kind == OpKind::kAllReduce;
     case Algorithm::kRing:
       return kind == OpKind::kReduceScatter;
+    case Algorithm::kHierarchical:
+      return runs_hierarchically(kind);
     case Algorithm::kNone:
       return false;  // Never forced: it is chosen only where there is nothing to move.
   }
@@ -49,7 +52,7 @@ AlgorithmOverrides parse_algorithm_overrides(std::string_view text) {
     const std::optional<Algorithm> algorithm = algorithm_from_name(algo_name);
     if (!algorithm || *algorithm == Algorithm::kNone) {
       throw bad_override(part, fmt::format("'{}' is not an algorithm (library, slots, "
-                                           "recursive_doubling, ring)",
+                                           "recursive_doubling, ring, hierarchical)",
                                            algo_name));
     }
     if (eq == std::string_view::npos) {
@@ -82,6 +85,8 @@ bool can_run(Algorithm algorithm, const Op& op, const GroupShape& group) {
               group.slot_bytes >= 2 * sizeof(uint64_t) * static_cast<size_t>(group.size));
     case Algorithm::kRecursiveDoubling:  // Elsewhere the surplus ranks need extra steps.
       return std::has_single_bit(static_cast<unsigned>(group.size));
+    case Algorithm::kHierarchical:
+      return group.hierarchy;
     default:
       return true;
   }
@@ -96,6 +101,8 @@ Algorithm select_algorithm(const Op& op, const GroupShape& group,
       forced && can_run(*forced, op, group)) {
     return *forced;
   }
+  // Across hosts: TCP carries one copy per host instead of one per rank (NCCL's and han's rule).
+  if (can_run(Algorithm::kHierarchical, op, group)) return Algorithm::kHierarchical;
   const bool folds = op.kind == OpKind::kAllReduce || op.kind == OpKind::kReduce;
   if (can_run(Algorithm::kSlots, op, group) &&
       (!folds || group.size <= kSlotsFoldMaxRanks || op.input.bytes() <= group.slot_bytes)) {

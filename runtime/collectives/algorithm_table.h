@@ -19,6 +19,8 @@ struct GroupShape {
   int size = 1;                             // Ranks in the group.
   size_t slot_bytes = 0;                    // Of its slot exchange; 0: it has none.
   size_t recursive_doubling_max_bytes = 0;  // MESHRT_GLOO_ONESHOT_MAX_BYTES.
+  // Whether it has hierarchical transports: its ranks span hosts and some host holds several.
+  bool hierarchy = false;
 };
 
 // Up to this many ranks, all_reduce and reduce fold through the slots at any size. Each rank reads

@@ -19,7 +19,8 @@ class PairChannel {
   virtual int size() const = 0;
   // Sends `send_bytes` at `send` to rank `to` and receives `recv_bytes` into `recv` from rank
   // `from`, both on `tag`, and returns when both are done (MPI_Sendrecv). The receive must be
-  // exactly as long as the matching send. `on_received`, when given, runs as soon as the receive
+  // exactly as long as the matching send. `to` < 0 sends nothing, `from` < 0 receives nothing (a
+  // tree's one-way steps). `on_received`, when given, runs as soon as the receive
   // is done, while the send may still drain: a ring folds the block that arrived meanwhile (at
   // 1 MiB over loopback TCP, waiting for the send first took up to twice as long). Throws Error:
   // kTimeout at `deadline`, kPeerFailure when a peer's connection closed.

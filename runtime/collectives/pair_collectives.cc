@@ -1,11 +1,18 @@
 #include "runtime/collectives/pair_collectives.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "runtime/collectives/average.h"
 #include "runtime/reduce_op.h"
 
 namespace meshrt {
+namespace {
+
+// i modulo n, for i down to -2n.
+int wrap(int i, int n) { return ((i % n) + n) % n; }
+
+}  // namespace
 
 void all_reduce_recursive_doubling(const Op& op, PairChannel& pairs, uint64_t tag,
                                    std::chrono::steady_clock::time_point deadline,
@@ -42,7 +49,7 @@ void reduce_scatter_ring(const Op& op, PairChannel& pairs, uint64_t tag,
   const int right = (rank + 1) % n;
   const int left = (rank + n - 1) % n;
   auto block = [&](int i) {
-    return static_cast<const char*>(op.input.data) + static_cast<size_t>((i % n + n) % n) * bytes;
+    return static_cast<const char*>(op.input.data) + static_cast<size_t>(wrap(i, n)) * bytes;
   };
   // a and b: partial sums, alternated so the block in flight is never overwritten; c: arrivals.
   scratch.a.resize(bytes);
@@ -64,6 +71,85 @@ void reduce_scatter_ring(const Op& op, PairChannel& pairs, uint64_t tag,
     outgoing = target;
   }
   finish_average(op, rank, n);
+}
+
+void reduce_scatter_ring_in_place(char* data, DType dtype, ReduceOp reduce_op, const Blocks& blocks,
+                                  PairChannel& pairs, uint64_t tag,
+                                  std::chrono::steady_clock::time_point deadline,
+                                  PairScratch& scratch) {
+  const int n = pairs.size();
+  const int rank = pairs.rank();
+  const size_t element_bytes = dtype_size_bytes(dtype);
+  auto at = [&](int i) { return data + blocks.offsets[wrap(i, n)] * element_bytes; };
+  auto count = [&](int i) { return blocks.counts[wrap(i, n)]; };
+  size_t most = 0;
+  for (const size_t c : blocks.counts) most = std::max(most, c);
+  scratch.c.resize(most * element_bytes);
+  // Step s sends block r-s-1 (folded in step s-1) and folds the arrival into block r-s-2, so the
+  // block in flight is never the one being written; the last step folds block r.
+  for (int step = 0; step < n - 1; ++step) {
+    const int out = rank - step - 1;
+    const int in = rank - step - 2;
+    pairs.send_recv(
+        wrap(rank + 1, n), at(out), count(out) * element_bytes, wrap(rank - 1, n), scratch.c.data(),
+        count(in) * element_bytes, tag, deadline,
+        [&] { reduce_elements(dtype, reduce_op, at(in), at(in), scratch.c.data(), count(in)); });
+  }
+}
+
+void all_gather_ring_in_place(char* data, DType dtype, const Blocks& blocks, PairChannel& pairs,
+                              uint64_t tag, std::chrono::steady_clock::time_point deadline) {
+  const int n = pairs.size();
+  const int rank = pairs.rank();
+  const size_t element_bytes = dtype_size_bytes(dtype);
+  auto at = [&](int i) { return data + blocks.offsets[wrap(i, n)] * element_bytes; };
+  auto bytes = [&](int i) { return blocks.counts[wrap(i, n)] * element_bytes; };
+  for (int step = 0; step < n - 1; ++step) {
+    const int out = rank - step;
+    const int in = rank - step - 1;
+    pairs.send_recv(wrap(rank + 1, n), at(out), bytes(out), wrap(rank - 1, n), at(in), bytes(in),
+                    tag, deadline);
+  }
+}
+
+void all_reduce_ring_in_place(char* data, size_t count, DType dtype, ReduceOp reduce_op,
+                              PairChannel& pairs, uint64_t tag,
+                              std::chrono::steady_clock::time_point deadline,
+                              PairScratch& scratch) {
+  const size_t n = static_cast<size_t>(pairs.size());
+  std::vector<size_t> offsets(n), counts(n);
+  for (size_t i = 0; i < n; ++i) {
+    offsets[i] = count * i / n;
+    counts[i] = count * (i + 1) / n - offsets[i];
+  }
+  const Blocks blocks{offsets, counts};
+  reduce_scatter_ring_in_place(data, dtype, reduce_op, blocks, pairs, tag, deadline, scratch);
+  all_gather_ring_in_place(data, dtype, blocks, pairs, tag, deadline);
+}
+
+void broadcast_tree(char* data, size_t bytes, int root, PairChannel& pairs, uint64_t tag,
+                    std::chrono::steady_clock::time_point deadline) {
+  const int n = pairs.size();
+  const int me = wrap(pairs.rank() - root, n);  // Ranks relative to the root.
+  for (int span = 1; span < n; span <<= 1) {
+    if (me < span && me + span < n) {
+      pairs.send_recv(wrap(me + span + root, n), data, bytes, -1, nullptr, 0, tag, deadline);
+    } else if (me >= span && me < 2 * span) {
+      pairs.send_recv(-1, nullptr, 0, wrap(me - span + root, n), data, bytes, tag, deadline);
+    }
+  }
+}
+
+void barrier_dissemination(PairChannel& pairs, uint64_t tag,
+                           std::chrono::steady_clock::time_point deadline) {
+  const int n = pairs.size();
+  const int rank = pairs.rank();
+  char out = 0;
+  char in = 0;
+  for (int distance = 1; distance < n; distance <<= 1) {
+    pairs.send_recv(wrap(rank + distance, n), &out, 1, wrap(rank - distance, n), &in, 1, tag,
+                    deadline);
+  }
 }
 
 }  // namespace meshrt

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "runtime/collectives/pair_channel.h"
@@ -31,5 +32,41 @@ void all_reduce_recursive_doubling(const Op& op, PairChannel& pairs, uint64_t ta
 // input once, on `tag`.
 void reduce_scatter_ring(const Op& op, PairChannel& pairs, uint64_t tag,
                          std::chrono::steady_clock::time_point deadline, PairScratch& scratch);
+
+// A buffer cut into one block per rank of a pair channel's group, in rank order: block i is
+// `counts[i]` elements from element `offsets[i]`. Blocks may differ in size, and be empty.
+struct Blocks {
+  std::span<const size_t> offsets;
+  std::span<const size_t> counts;
+};
+
+// reduce_scatter in place by a ring: afterwards rank r's block of `data` holds the reduction of
+// every rank's block r (`reduce_op`, never avg); the other blocks hold partial sums. n-1 steps on
+// `tag`, each sending one block to the right neighbour and folding the one from the left.
+void reduce_scatter_ring_in_place(char* data, DType dtype, ReduceOp reduce_op, const Blocks& blocks,
+                                  PairChannel& pairs, uint64_t tag,
+                                  std::chrono::steady_clock::time_point deadline,
+                                  PairScratch& scratch);
+
+// all_gather in place by a ring: rank r's block of `data` goes to every rank's block r. n-1 steps
+// on `tag`, each passing on the block that arrived in the step before.
+void all_gather_ring_in_place(char* data, DType dtype, const Blocks& blocks, PairChannel& pairs,
+                              uint64_t tag, std::chrono::steady_clock::time_point deadline);
+
+// all_reduce of `count` elements at `data` in place: the ring's reduce_scatter then all_gather
+// over n near-equal blocks, so every rank moves 2(n-1)/n of the buffer and every block is folded
+// once, on one rank, so every rank ends with the same bits.
+void all_reduce_ring_in_place(char* data, size_t count, DType dtype, ReduceOp reduce_op,
+                              PairChannel& pairs, uint64_t tag,
+                              std::chrono::steady_clock::time_point deadline, PairScratch& scratch);
+
+// Broadcast of `bytes` at `data` from rank `root` by a binomial tree: ceil(log2 n) rounds.
+void broadcast_tree(char* data, size_t bytes, int root, PairChannel& pairs, uint64_t tag,
+                    std::chrono::steady_clock::time_point deadline);
+
+// Returns once every rank of `pairs` has called it: ceil(log2 n) rounds of one byte
+// (dissemination).
+void barrier_dissemination(PairChannel& pairs, uint64_t tag,
+                           std::chrono::steady_clock::time_point deadline);
 
 }  // namespace meshrt

@@ -22,12 +22,14 @@
 #include <mutex>
 #include <numeric>
 
+#include "runtime/backends/gloo/gloo_hierarchy.h"
 #include "runtime/backends/gloo/gloo_pair_channel.h"
 #include "runtime/backends/gloo/gloo_signature.h"
 #include "runtime/backends/gloo/gloo_store.h"
 #include "runtime/backends/gloo/shm_group.h"
 #include "runtime/collectives/algorithm_table.h"
 #include "runtime/collectives/average.h"
+#include "runtime/collectives/hierarchical.h"
 #include "runtime/collectives/pair_collectives.h"
 #include "runtime/collectives/slot_collectives.h"
 #include "runtime/error.h"
@@ -157,23 +159,27 @@ class GlooBackend : public Backend {
   GlooBackend(std::shared_ptr<Store> store, const std::string& store_key,
               std::shared_ptr<gloo::transport::Device> device,
               std::shared_ptr<gloo::Context> context, size_t one_shot_max_bytes,
-              size_t shm_slot_bytes, AlgorithmOverrides overrides,
+              size_t shm_slot_bytes, size_t stripe_min_bytes, AlgorithmOverrides overrides,
               std::chrono::milliseconds timeout)
       : store_(std::move(store)),
         comm_store_(std::make_shared<PrefixStore>(store_key, store_)),
         device_(std::move(device)),
         context_(std::move(context)),
         shm_slot_bytes_(shm_slot_bytes),
+        stripe_min_bytes_(stripe_min_bytes),
         overrides_(overrides),
         shm_(make_shm_group(context_, store_key, shm_slot_bytes, timeout)),
+        hierarchy_(shm_ ? nullptr : make_hierarchy(store_key, shm_slot_bytes, timeout)),
         pairs_(context_),
-        shape_{context_->size, shm_ ? shm_->slot_bytes() : 0, one_shot_max_bytes} {}
+        shape_{context_->size, shm_ ? shm_->slot_bytes() : 0, one_shot_max_bytes,
+               hierarchy_ != nullptr} {}
 
   std::string_view name() const override { return "gloo"; }
   void set_comm_info(std::shared_ptr<const trace::CommInfo> info) override {
     if (!info) return;
     global_ranks_ = info->global_ranks;
     if (shm_) shm_->set_global_ranks(info->global_ranks);
+    if (hierarchy_) hierarchy_->set_global_ranks(info->global_ranks);
   }
   Algorithm choose_algorithm(const Op& op) const override {
     return select_algorithm(op, shape_, overrides_);
@@ -213,7 +219,7 @@ class GlooBackend : public Backend {
       }
       return std::make_unique<GlooBackend>(store_, spec.store_key, device_, std::move(context),
                                            shape_.recursive_doubling_max_bytes, shm_slot_bytes_,
-                                           overrides_, spec.timeout);
+                                           stripe_min_bytes_, overrides_, spec.timeout);
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {
@@ -225,6 +231,7 @@ class GlooBackend : public Backend {
     // Gloo cannot interrupt an algorithm in progress: it ends at its timeout. A shared-memory
     // exchange can. The communicator fails every op queued after the abort.
     if (shm_) shm_->abort();
+    if (hierarchy_) hierarchy_->abort();
   }
 
  private:
@@ -237,14 +244,37 @@ class GlooBackend : public Backend {
       case Algorithm::kNone:
         return;
       case Algorithm::kSlots:
-        return run_slots(op, deadline);
+        return diagnosing_timeouts(op, [&] {
+          run_through_slots(op, *shm_, SlotStamp{op.collective_seq, tag(op)}, deadline);
+        });
       case Algorithm::kRecursiveDoubling:
         return all_reduce_recursive_doubling(op, pairs_, tag(op), deadline, pair_scratch_);
       case Algorithm::kRing:
         return reduce_scatter_ring(op, pairs_, tag(op), deadline, pair_scratch_);
+      case Algorithm::kHierarchical:
+        try {
+          return diagnosing_timeouts(op, [&] {
+            run_hierarchical(op, hierarchy_->transports(), SlotStamp{op.collective_seq, tag(op)},
+                             tag(op), deadline, hierarchy_scratch_);
+          });
+        } catch (...) {
+          hierarchy_->leave();
+          throw;
+        }
       case Algorithm::kLibrary:
         return run_library(op, timeout);
     }
+  }
+
+  // The transports of a group across hosts (ranks that share none: see make_shm_group).
+  std::unique_ptr<GlooHierarchy> make_hierarchy(const std::string& store_key, size_t slot_bytes,
+                                                std::chrono::milliseconds timeout) {
+    if (context_->size < 3) return nullptr;  // Two ranks on two hosts: nothing to share.
+    auto connect_group = [&](const std::string& key, int rank, int size) {
+      return connect(store_, key, rank, size, device_, timeout);
+    };
+    return GlooHierarchy::create(context_, store_key, connect_group, slot_bytes, stripe_min_bytes_,
+                                 timeout);
   }
 
   // The op by Gloo's own algorithms (and meshrt's p2p over Gloo's pairs).
@@ -465,11 +495,12 @@ class GlooBackend : public Backend {
     if (!mismatch.empty()) throw Error(ErrorCode::kInvalidArgument, {}, mismatch);
   }
 
-  // The op through the shared-memory segment. A timeout there is a program mismatch as often as
-  // a slow peer: diagnosed as Gloo's are.
-  void run_slots(const Op& op, std::chrono::steady_clock::time_point deadline) {
+  // Runs f, an algorithm of meshrt's own. A timeout there is a program mismatch as often as a
+  // slow peer: diagnosed as Gloo's are.
+  template <typename F>
+  void diagnosing_timeouts(const Op& op, F&& f) {
     try {
-      run_through_slots(op, *shm_, SlotStamp{op.collective_seq, tag(op)}, deadline);
+      f();
     } catch (const Error& e) {
       if (e.code() != ErrorCode::kTimeout) throw;
       throw gloo_diagnose(op, context_->rank, context_->size, *comm_store_, diagnose_reserve(op), e,
@@ -482,13 +513,17 @@ class GlooBackend : public Backend {
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> context_;
   const size_t shm_slot_bytes_;         // GlooConfig::shm_slot_bytes.
+  const size_t stripe_min_bytes_;       // GlooConfig::stripe_min_bytes.
   const AlgorithmOverrides overrides_;  // MESHRT_ALGO, read by the world's creation; inherited.
   std::unique_ptr<ShmGroup> shm_;       // Null when the ranks cannot share memory.
+  // Null unless the ranks span hosts and some host holds several.
+  std::unique_ptr<GlooHierarchy> hierarchy_;
   GlooPairChannel pairs_;
   const GroupShape shape_;         // What select_algorithm() reads of this group.
   std::vector<int> global_ranks_;  // Group rank -> global rank, for error messages.
   PairScratch pair_scratch_;       // Recursive doubling's and the ring's buffers.
-  std::vector<char> scratch_;      // A reduce's output on non-roots.
+  HierarchicalScratch hierarchy_scratch_;
+  std::vector<char> scratch_;  // A reduce's output on non-roots.
 };
 
 }  // namespace
@@ -506,6 +541,10 @@ size_t bytes_from_env(const char* name, size_t fallback,
 
 size_t gloo_one_shot_max_bytes_from_env() {
   return bytes_from_env("MESHRT_GLOO_ONESHOT_MAX_BYTES", size_t{256} << 10);
+}
+
+size_t gloo_stripe_min_bytes_from_env() {
+  return bytes_from_env("MESHRT_GLOO_STRIPE_MIN_BYTES", kStripeMinBytes);
 }
 
 size_t gloo_shm_slot_bytes_from_env() {
@@ -526,7 +565,8 @@ std::unique_ptr<Backend> make_gloo_backend(const GlooConfig& config) {
         connect(config.store, config.store_key, config.rank, config.size, device, config.timeout);
     return std::make_unique<GlooBackend>(config.store, config.store_key, std::move(device),
                                          std::move(context), config.one_shot_max_bytes,
-                                         config.shm_slot_bytes, overrides, config.timeout);
+                                         config.shm_slot_bytes, config.stripe_min_bytes, overrides,
+                                         config.timeout);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {

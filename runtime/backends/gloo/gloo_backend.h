@@ -16,6 +16,9 @@ size_t gloo_one_shot_max_bytes_from_env();
 // MESHRT_GLOO_SHM_SLOT_BYTES, or 262144 when unset; throws Error(kInvalidArgument) if it is not
 // an integer in [0, 64 MiB].
 size_t gloo_shm_slot_bytes_from_env();
+// MESHRT_GLOO_STRIPE_MIN_BYTES, or 16 MiB (kStripeMinBytes) when unset; throws
+// Error(kInvalidArgument) if it is not a non-negative integer.
+size_t gloo_stripe_min_bytes_from_env();
 
 // Where and how a Gloo communicator connects.
 struct GlooConfig {
@@ -38,6 +41,11 @@ struct GlooConfig {
   // all ranks (else TCP is used). Inherited by splits. Default: MESHRT_GLOO_SHM_SLOT_BYTES, else
   // 256 KiB.
   size_t shm_slot_bytes = gloo_shm_slot_bytes_from_env();
+  // Across hosts that hold equally many ranks, an all_reduce of at least this many bytes stripes
+  // across every rank of each host (collectives/hierarchical.h); smaller ones go through the
+  // hosts' leaders alone. Must be equal on all ranks. Inherited by splits. Default:
+  // MESHRT_GLOO_STRIPE_MIN_BYTES, else 16 MiB.
+  size_t stripe_min_bytes = gloo_stripe_min_bytes_from_env();
 };
 
 // Connects a full mesh of Gloo pairs among the `size` ranks (a collective over them) and returns

@@ -18,13 +18,19 @@ void GlooPairChannel::send_recv(int to, const void* send, size_t send_bytes, int
                                 const std::function<void()>& on_received) {
   const uint64_t slot = gloo::Slot::build(kSlotPrefix, static_cast<uint32_t>(tag));
   // Gloo only reads a buffer it sends: its API takes a non-const pointer for both directions.
-  auto out = context_->createUnboundBuffer(const_cast<void*>(send), send_bytes);
-  auto in = context_->createUnboundBuffer(recv, recv_bytes);
-  out->send(to, slot);
-  in->recv(from, slot);
-  in->waitRecv(deadline);
-  if (on_received) on_received();
-  out->waitSend(deadline);
+  std::unique_ptr<gloo::transport::UnboundBuffer> out;
+  std::unique_ptr<gloo::transport::UnboundBuffer> in;
+  if (to >= 0) {
+    out = context_->createUnboundBuffer(const_cast<void*>(send), send_bytes);
+    out->send(to, slot);
+  }
+  if (from >= 0) {
+    in = context_->createUnboundBuffer(recv, recv_bytes);
+    in->recv(from, slot);
+    in->waitRecv(deadline);
+    if (on_received) on_received();
+  }
+  if (out) out->waitSend(deadline);
 }
 
 }  // namespace meshrt

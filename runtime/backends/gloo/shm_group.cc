@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <gloo/allgather.h>
 #include <gloo/broadcast.h>
 #include <gloo/context.h>
 #include <poll.h>
@@ -28,7 +27,9 @@
 #include <random>
 #include <utility>
 
+#include "runtime/backends/gloo/gloo_setup.h"
 #include "runtime/collectives/futex.h"
+#include "trace/env.h"
 #include "trace/logging.h"
 
 namespace meshrt {
@@ -65,18 +66,6 @@ std::string read_link(const char* path) {
   std::array<char, 256> buf{};
   const ssize_t n = readlink(path, buf.data(), buf.size() - 1);
   return n > 0 ? std::string(buf.data(), static_cast<size_t>(n)) : std::string();
-}
-
-// Equal on two ranks only when they can share a segment and see each other's pids: the same boot
-// of the same kernel and the same PID, mount (/dev/shm) and IPC namespaces. 0 when unknown.
-uint64_t host_identity() {
-  const std::string boot = read_first_line("/proc/sys/kernel/random/boot_id");
-  const std::string pid_ns = read_link("/proc/self/ns/pid");
-  const std::string mnt_ns = read_link("/proc/self/ns/mnt");
-  const std::string ipc_ns = read_link("/proc/self/ns/ipc");
-  if (boot.empty() || pid_ns.empty() || mnt_ns.empty() || ipc_ns.empty()) return 0;
-  const uint64_t h = std::hash<std::string>{}(boot + "|" + pid_ns + "|" + mnt_ns + "|" + ipc_ns);
-  return h == 0 ? 1 : h;
 }
 
 // The CPUs this process may run on, as a bit mask over the first kMaskWords x 64; empty when the
@@ -181,26 +170,27 @@ void warn_no_segment(const std::string& why, size_t bytes) {
       why, bytes, room);
 }
 
-template <typename T>
-std::vector<T> all_gather(const std::shared_ptr<gloo::Context>& context, T mine,
-                          std::chrono::milliseconds timeout) {
-  std::vector<T> all(static_cast<size_t>(context->size));
-  gloo::AllgatherOptions o(context);
-  o.setInput(&mine, 1);
-  o.setOutput(all.data(), all.size());
-  o.setTag(kSetupTag);
-  o.setTimeout(timeout);
-  gloo::allgather(o);
-  return all;
-}
-
 }  // namespace
+
+uint64_t ShmGroup::host_identity() {
+  const std::string boot = read_first_line("/proc/sys/kernel/random/boot_id");
+  const std::string pid_ns = read_link("/proc/self/ns/pid");
+  const std::string mnt_ns = read_link("/proc/self/ns/mnt");
+  const std::string ipc_ns = read_link("/proc/self/ns/ipc");
+  if (boot.empty() || pid_ns.empty() || mnt_ns.empty() || ipc_ns.empty()) return 0;
+  // Mixed in, it can only tell ranks apart, never join two that cannot share.
+  const std::string simulated = trace::env::get({"MESHRT_SIMULATED_HOST"}).value_or("");
+  const uint64_t h =
+      std::hash<std::string>{}(boot + "|" + pid_ns + "|" + mnt_ns + "|" + ipc_ns + "|" + simulated);
+  return h == 0 ? 1 : h;
+}
 
 // One rank's progress, alone on its cache line: only that rank writes `published`.
 struct alignas(kCacheLine) ShmGroup::Control {
   std::atomic<uint32_t> published;  // Futex word: the last exchange this rank published.
   std::atomic<uint32_t> waiters;    // Ranks asleep (or going to sleep) on `published`.
   int32_t pid;                      // The rank's process.
+  std::atomic<uint32_t> left;       // 1 once the rank left after an op failed (leave()).
 };
 
 struct alignas(kCacheLine) ShmGroup::SlotHeader {
@@ -235,8 +225,8 @@ std::unique_ptr<ShmGroup> ShmGroup::create(const std::shared_ptr<gloo::Context>&
     CpuMask cpus;  // Where this rank may run: the union says whether the ranks can all spin.
   };
   const uint64_t host = host_identity();
-  const auto offers =
-      all_gather(context, Offer{host, host == 0 ? 0 : slot_bytes, cpu_mask()}, timeout);
+  const auto offers = gloo_all_gather_value(
+      context, Offer{host, host == 0 ? 0 : slot_bytes, cpu_mask()}, kSetupTag, timeout);
   size_t cpus = 0;
   for (size_t w = 0; w < kMaskWords; ++w) {
     uint64_t word = 0;
@@ -290,7 +280,8 @@ std::unique_ptr<ShmGroup> ShmGroup::create(const std::shared_ptr<gloo::Context>&
     if (why.empty()) static_cast<Control*>(mapping.base)[rank].pid = getpid();
   }
   // The name goes (unlink_on_exit) once every rank has mapped it or failed to.
-  const auto mapped = all_gather(context, uint64_t{why.empty() ? 1u : 0u}, timeout);
+  const auto mapped =
+      gloo_all_gather_value(context, uint64_t{why.empty() ? 1u : 0u}, kSetupTag, timeout);
   for (int q = 0; q < n; ++q) {
     if (mapped[q] == 0) return refuse(q == rank ? why : fmt::format("rank {} could not map it", q));
   }
@@ -411,6 +402,12 @@ void ShmGroup::throw_if_aborted_or_exited(int q) const {
     throw Error(ErrorCode::kPeerFailure, {},
                 fmt::format("gloo shared memory: {} (pid {}) exited", peer(q), peer_pids_[q]));
   }
+  if (control(q).left.load() != 0) {
+    throw Error(ErrorCode::kPeerFailure, {},
+                fmt::format("gloo shared memory: {} left the group: its op failed with a peer on "
+                            "another host (its own error names it)",
+                            peer(q)));
+  }
 }
 
 void ShmGroup::wait_for(int q, uint32_t e, Clock::time_point deadline) {
@@ -454,6 +451,12 @@ bool ShmGroup::peer_exited(int q) const {
   }
   if (peer_pids_[q] == getpid()) return false;  // Threads of this process (tests).
   return kill(peer_pids_[q], 0) != 0 && errno == ESRCH;
+}
+
+void ShmGroup::leave() noexcept {
+  Control& me = control(rank_);
+  me.left.store(1);
+  futex_wake_all(me.published);
 }
 
 void ShmGroup::abort() noexcept {

@@ -35,6 +35,11 @@ class ShmGroup : public SlotExchange {
                                           std::string& why_not);
   ~ShmGroup();
   ShmGroup(const ShmGroup&) = delete;
+
+  // Equal on two processes only when they can share a segment and see each other's pids: the same
+  // boot of the same kernel, the same PID, mount (/dev/shm) and IPC namespaces, and the same
+  // MESHRT_SIMULATED_HOST (a test's way to play several hosts on one). 0 when unknown.
+  static uint64_t host_identity();
   ShmGroup& operator=(const ShmGroup&) = delete;
 
   // Groups larger than this use TCP: the segment (2 x ranks x slot_bytes) and each exchange's
@@ -53,6 +58,9 @@ class ShmGroup : public SlotExchange {
   const char* slot(int q) const override;
   // Makes an exchange in progress (and every later one) throw Error(kAborted). Any thread.
   void abort() noexcept;
+  // Tells the peers that this rank left after an op failed outside the segment (a peer on another
+  // host): their waits on it throw Error(kPeerFailure) at once, not at their deadline.
+  void leave() noexcept;
   // The members' global ranks, by group rank: errors then name a peer by both ("rank 3 (group
   // rank 1)"). Set once, before the first exchange.
   void set_global_ranks(std::vector<int> global_ranks) { global_ranks_ = std::move(global_ranks); }

@@ -1,0 +1,71 @@
+#include "runtime/backends/gloo/gloo_hierarchy.h"
+
+#include <fmt/format.h>
+#include <gloo/context.h>
+
+#include "runtime/backends/gloo/gloo_setup.h"
+#include "trace/logging.h"
+
+namespace meshrt {
+namespace {
+
+// Slots of the setup collectives (after ShmGroup's, before the communicator's first op).
+constexpr uint32_t kSetupTag = 0x48495200;  // "HIR\0"
+
+}  // namespace
+
+std::unique_ptr<GlooHierarchy> GlooHierarchy::create(const std::shared_ptr<gloo::Context>& context,
+                                                     const std::string& key, const Connect& connect,
+                                                     size_t slot_bytes, size_t stripe_min_bytes,
+                                                     std::chrono::milliseconds timeout) {
+  const auto ids = gloo_all_gather_value(context, ShmGroup::host_identity(), kSetupTag, timeout);
+  std::unique_ptr<GlooHierarchy> h(new GlooHierarchy());
+  h->layout_ = HostLayout::from_host_ids(ids);
+  h->rank_ = context->rank;
+  h->stripe_min_bytes_ = stripe_min_bytes;
+  const HostLayout& layout = h->layout_;
+  if (!layout.worth_a_hierarchy()) return nullptr;
+  const int host = layout.host_of[h->rank_];
+  const int local_rank = layout.local_rank_of[h->rank_];
+  const int local_size = static_cast<int>(layout.ranks[host].size());
+  std::string why_not;
+  if (local_size > 1) {
+    h->local_context_ = connect(fmt::format("{}/host{}", key, host), local_rank, local_size);
+    h->local_ = ShmGroup::create(h->local_context_, slot_bytes, timeout, why_not);
+  }
+  const bool ready = local_size == 1 || h->local_ != nullptr;
+  const auto everywhere = gloo_all_gather_value(context, uint8_t{ready}, kSetupTag + 1, timeout);
+  for (size_t q = 0; q < everywhere.size(); ++q) {
+    if (everywhere[q] == 0) {
+      log().info("gloo '{}': no hierarchy across {} hosts: host {} has no shared memory{}{}", key,
+                 layout.hosts(), layout.host_of[q], why_not.empty() ? "" : ": ", why_not);
+      return nullptr;
+    }
+  }
+  // Rail i: local rank i of every host, by host. Rail 0 is the leaders'; the others exist only
+  // where every host holds as many ranks.
+  if (local_rank == 0 || layout.uniform()) {
+    h->rail_context_ = connect(fmt::format("{}/rail{}", key, local_rank), host, layout.hosts());
+    h->rail_ = std::make_unique<GlooPairChannel>(h->rail_context_);
+  }
+  log().info("gloo '{}': {} ranks on {} hosts: hierarchical collectives", key, ids.size(),
+             layout.hosts());
+  return h;
+}
+
+void GlooHierarchy::set_global_ranks(const std::vector<int>& global_ranks) {
+  if (!local_ || global_ranks.empty()) return;
+  std::vector<int> members;
+  for (const int q : layout_.ranks[layout_.host_of[rank_]]) members.push_back(global_ranks[q]);
+  local_->set_global_ranks(std::move(members));
+}
+
+void GlooHierarchy::leave() noexcept {
+  if (local_) local_->leave();
+}
+
+void GlooHierarchy::abort() noexcept {
+  if (local_) local_->abort();
+}
+
+}  // namespace meshrt
