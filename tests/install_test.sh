@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs meshrt into a temporary root, then builds and runs a program outside the tree against
-# it twice: with `pkg-config --cflags --libs meshrt` and with CMake's find_package(meshrt). The
+# it twice: with `pkg-config --cflags --libs meshrt` and with CMake's find_package(meshrt); and a
+# C program with `pkg-config --cflags --libs meshrt-c`, compiled and linked by gcc. The
 # consumer includes only <meshrt/meshrt.h>: no Gloo, spdlog, fmt, Boost or JSON header may come
 # with it, and no header the install tree lacks. Nothing runs with LD_LIBRARY_PATH: the installed
 # binaries and libraries carry an $ORIGIN-relative RUNPATH, so a staged install in any prefix runs
@@ -44,6 +45,16 @@ fi
 g++ -std=c++20 "$src/tests/install/consumer.cc" -o "$tmp/consumer_pc" $flags -Wl,-rpath,"$libdir"
 env -u LD_LIBRARY_PATH "$tmp/consumer_pc"
 
+echo "--- pkg-config meshrt-c: a C program, compiled and linked by gcc"
+cflags_c=$(PKG_CONFIG_PATH="$pc" pkg-config --cflags meshrt-c)
+if [[ "$cflags_c" == *"c++"* ]]; then
+  echo "meshrt-c's flags are C++'s: $cflags_c" >&2
+  exit 1
+fi
+gcc -std=c11 -Wall -Wextra -Werror -pedantic "$src/tests/install/consumer.c" -o "$tmp/consumer_c" \
+  $(PKG_CONFIG_PATH="$pc" pkg-config --cflags --libs meshrt-c) -Wl,-rpath,"$libdir"
+env -u LD_LIBRARY_PATH "$tmp/consumer_c"
+
 echo "--- the installed tools run from the staged tree"
 for tool in meshrun meshtrace meshrt-monitor; do
   env -u LD_LIBRARY_PATH "$root/bin/$tool" --help >/dev/null
@@ -70,4 +81,5 @@ echo "--- cmake find_package"
 cmake -S "$src/tests/install" -B "$tmp/cmake" -DCMAKE_PREFIX_PATH="$root" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$tmp/cmake" >/dev/null
 env -u LD_LIBRARY_PATH "$tmp/cmake/consumer"
+env -u LD_LIBRARY_PATH "$tmp/cmake/consumer_c"
 echo "install test passed"

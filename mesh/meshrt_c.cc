@@ -1,0 +1,382 @@
+// The C API (meshrt_c.h) over the C++ one: handles own shared_ptrs, every call catches every
+// exception and turns it into a status and this thread's last error.
+#include "mesh/meshrt_c.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "mesh/meshrt.h"
+#include "meshrt_config.h"
+
+struct meshrt_comm {
+  std::shared_ptr<meshrt::Communicator> comm;
+};
+struct meshrt_mesh {
+  std::shared_ptr<meshrt::DeviceMesh> mesh;
+};
+struct meshrt_work {
+  meshrt::WorkHandle work;
+};
+
+namespace {
+
+using meshrt::Error;
+using meshrt::ErrorCode;
+
+thread_local std::string last_error;
+// Scopes this thread opened through meshrt_scope_push, innermost last.
+thread_local std::vector<std::unique_ptr<meshrt::trace::Scope>> open_scopes;
+
+// A caller's mistake the C layer sees itself (a NULL pointer, a value outside its enum).
+struct CallerMistake : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
+CallerMistake invalid(const char* call, const std::string& what) {
+  return CallerMistake(fmt::format("{}: {}", call, what));
+}
+
+template <typename T>
+T& need(T* p, const char* call, const char* name) {
+  if (p == nullptr) throw invalid(call, fmt::format("{} is NULL", name));
+  return *p;
+}
+
+// Runs f, returning MESHRT_OK or the failure it threw, whose message becomes the last error.
+template <typename F>
+meshrt_status guarded(const char* call, F&& f) noexcept {
+  try {
+    f();
+    return MESHRT_OK;
+  } catch (const Error& e) {
+    last_error = e.what();
+    return static_cast<meshrt_status>(static_cast<int>(e.code()) + 1);
+  } catch (const CallerMistake& e) {
+    last_error = Error(ErrorCode::kInvalidArgument, {}, e.what()).what();
+    return MESHRT_ERR_INVALID_ARGUMENT;
+  } catch (const std::exception& e) {
+    last_error = fmt::format("{}: {}", call, e.what());
+  } catch (...) {
+    last_error = fmt::format("{}: an exception that is not a std::exception", call);
+  }
+  return MESHRT_ERR_INTERNAL;
+}
+
+meshrt::DType dtype_of(meshrt_dtype d, const char* call) {
+  if (static_cast<int>(d) < MESHRT_FLOAT32 || static_cast<int>(d) > MESHRT_FLOAT8_E5M2) {
+    throw invalid(call, fmt::format("dtype {} is not a meshrt_dtype", static_cast<int>(d)));
+  }
+  return static_cast<meshrt::DType>(d);
+}
+
+meshrt::ReduceOp reduce_op_of(meshrt_reduce_op r, const char* call) {
+  if (static_cast<int>(r) < MESHRT_SUM || static_cast<int>(r) > MESHRT_AVG) {
+    throw invalid(call, fmt::format("reduce op {} is not a meshrt_reduce_op", static_cast<int>(r)));
+  }
+  return static_cast<meshrt::ReduceOp>(r);
+}
+
+// A view of caller memory; inputs are only read, though views are not const.
+meshrt::BufferView view_of(const void* data, size_t count, meshrt_dtype dtype, const char* call) {
+  return meshrt::view(const_cast<void*>(data), count, dtype_of(dtype, call));
+}
+
+template <typename T, typename H>
+T* release_into(T** out, H&& value, const char* call, const char* name) {
+  need(out, call, name);
+  *out = std::make_unique<T>(T{std::forward<H>(value)}).release();
+  return *out;
+}
+
+// Starts an op with `start(comm)`; blocks on it when `work` is NULL, else hands it out.
+template <typename F>
+meshrt_status submit(const char* call, meshrt_comm* comm, meshrt_work** work, F&& start) {
+  return guarded(call, [&] {
+    meshrt::Communicator& c = *need(comm, call, "comm").comm;
+    meshrt::WorkHandle w;
+    try {
+      w = start(c);
+    } catch (const CallerMistake& e) {  // Named as the C++ API names its own refusals.
+      const std::string_view op = std::string_view(call).substr(std::strlen("meshrt_"));
+      throw Error(ErrorCode::kInvalidArgument, {c.global_rank(), c.name(), std::string(op)},
+                  std::string(e.what()).substr(std::strlen(call) + 2));
+    }
+    if (work == nullptr) {
+      w->wait();
+    } else {
+      release_into(work, std::move(w), call, "work");
+    }
+  });
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* meshrt_version(void) { return MESHRT_VERSION; }
+
+const char* meshrt_last_error(void) { return last_error.c_str(); }
+
+const char* meshrt_status_name(meshrt_status status) {
+  if (status == MESHRT_OK) return "ok";
+  if (status < MESHRT_ERR_INVALID_ARGUMENT || status > MESHRT_ERR_INTERNAL) return "unknown";
+  // error_code_name's views are of string literals: NUL-terminated.
+  return meshrt::error_code_name(static_cast<ErrorCode>(static_cast<int>(status) - 1)).data();
+}
+
+meshrt_status meshrt_init(meshrt_comm** world) {
+  return guarded("meshrt_init", [&] {
+    need(world, "meshrt_init", "world");  // Before joining: nowhere to put the world.
+    release_into(world, meshrt::init(), "meshrt_init", "world");
+  });
+}
+
+meshrt_status meshrt_run_inproc(int world_size, void (*fn)(meshrt_comm* world, void* user),
+                                void* user) {
+  return guarded("meshrt_run_inproc", [&] {
+    need(fn, "meshrt_run_inproc", "fn");
+    meshrt::run_inproc(world_size, [&](meshrt::Communicator&) {
+      meshrt_comm world{meshrt::default_world()};
+      fn(&world, user);
+    });
+  });
+}
+
+void meshrt_comm_free(meshrt_comm* comm) { std::unique_ptr<meshrt_comm> owned(comm); }
+
+meshrt_status meshrt_comm_rank(const meshrt_comm* comm, int* rank) {
+  return guarded("meshrt_comm_rank", [&] {
+    need(rank, "meshrt_comm_rank", "rank") = need(comm, "meshrt_comm_rank", "comm").comm->rank();
+  });
+}
+
+meshrt_status meshrt_comm_size(const meshrt_comm* comm, int* size) {
+  return guarded("meshrt_comm_size", [&] {
+    need(size, "meshrt_comm_size", "size") = need(comm, "meshrt_comm_size", "comm").comm->size();
+  });
+}
+
+meshrt_status meshrt_comm_name(const meshrt_comm* comm, const char** name) {
+  return guarded("meshrt_comm_name", [&] {
+    need(name, "meshrt_comm_name", "name") =
+        need(comm, "meshrt_comm_name", "comm").comm->name().c_str();
+  });
+}
+
+meshrt_status meshrt_comm_split(meshrt_comm* comm, int color, int key, meshrt_comm** out) {
+  return guarded("meshrt_comm_split", [&] {
+    need(out, "meshrt_comm_split", "out");
+    auto split = need(comm, "meshrt_comm_split", "comm").comm->split(color, key);
+    release_into(out, std::move(split), "meshrt_comm_split", "out");
+  });
+}
+
+meshrt_status meshrt_comm_abort(meshrt_comm* comm) {
+  return guarded("meshrt_comm_abort",
+                 [&] { need(comm, "meshrt_comm_abort", "comm").comm->abort(); });
+}
+
+meshrt_status meshrt_init_device_mesh(meshrt_comm* world, const int64_t* shape,
+                                      const char* const* names, int ndim, meshrt_mesh** mesh) {
+  const char* call = "meshrt_init_device_mesh";
+  return guarded(call, [&] {
+    need(mesh, call, "mesh");
+    if (ndim < 1) throw invalid(call, fmt::format("ndim is {}", ndim));
+    need(shape, call, "shape");
+    std::vector<int64_t> dims(shape, shape + ndim);
+    std::vector<std::string> dim_names;
+    if (names != nullptr) {
+      for (int i = 0; i < ndim; ++i) {
+        if (names[i] == nullptr) throw invalid(call, fmt::format("names[{}] is NULL", i));
+        dim_names.emplace_back(names[i]);
+      }
+    }
+    auto m = meshrt::init_device_mesh(need(world, call, "world").comm, "cpu", std::move(dims),
+                                      std::move(dim_names));
+    release_into(mesh, std::move(m), call, "mesh");
+  });
+}
+
+void meshrt_mesh_free(meshrt_mesh* mesh) { std::unique_ptr<meshrt_mesh> owned(mesh); }
+
+meshrt_status meshrt_mesh_comm(const meshrt_mesh* mesh, const char* dim, meshrt_comm** comm) {
+  const char* call = "meshrt_mesh_comm";
+  return guarded(call, [&] {
+    const meshrt::DeviceMesh& m = *need(mesh, call, "mesh").mesh;
+    need(comm, call, "comm");
+    auto c = m.comm_ptr(m.dim_index(&need(dim, call, "dim")));
+    release_into(comm, std::move(c), call, "comm");
+  });
+}
+
+meshrt_status meshrt_mesh_local_rank(const meshrt_mesh* mesh, const char* dim, int64_t* index) {
+  const char* call = "meshrt_mesh_local_rank";
+  return guarded(call, [&] {
+    need(index, call, "index") =
+        need(mesh, call, "mesh").mesh->local_rank(std::string_view(&need(dim, call, "dim")));
+  });
+}
+
+meshrt_status meshrt_all_reduce(meshrt_comm* comm, void* data, size_t count, meshrt_dtype dtype,
+                                meshrt_reduce_op op, meshrt_work** work) {
+  const char* call = "meshrt_all_reduce";
+  return submit(call, comm, work, [&](meshrt::Communicator& c) {
+    return c.all_reduce(view_of(data, count, dtype, call), reduce_op_of(op, call));
+  });
+}
+
+meshrt_status meshrt_broadcast(meshrt_comm* comm, void* data, size_t count, meshrt_dtype dtype,
+                               int root, meshrt_work** work) {
+  const char* call = "meshrt_broadcast";
+  return submit(call, comm, work, [&](meshrt::Communicator& c) {
+    return c.broadcast(view_of(data, count, dtype, call), root);
+  });
+}
+
+meshrt_status meshrt_reduce(meshrt_comm* comm, void* data, size_t count, meshrt_dtype dtype,
+                            meshrt_reduce_op op, int root, meshrt_work** work) {
+  const char* call = "meshrt_reduce";
+  return submit(call, comm, work, [&](meshrt::Communicator& c) {
+    return c.reduce(view_of(data, count, dtype, call), root, reduce_op_of(op, call));
+  });
+}
+
+meshrt_status meshrt_all_gather(meshrt_comm* comm, const void* input, void* output, size_t count,
+                                meshrt_dtype dtype, meshrt_work** work) {
+  const char* call = "meshrt_all_gather";
+  return submit(call, comm, work, [&](meshrt::Communicator& c) {
+    const size_t n = static_cast<size_t>(c.size());
+    return c.all_gather(view_of(input, count, dtype, call),
+                        view_of(output, count * n, dtype, call));
+  });
+}
+
+meshrt_status meshrt_reduce_scatter(meshrt_comm* comm, const void* input, void* output,
+                                    size_t count, meshrt_dtype dtype, meshrt_reduce_op op,
+                                    meshrt_work** work) {
+  const char* call = "meshrt_reduce_scatter";
+  return submit(call, comm, work, [&](meshrt::Communicator& c) {
+    const size_t n = static_cast<size_t>(c.size());
+    return c.reduce_scatter(view_of(input, count * n, dtype, call),
+                            view_of(output, count, dtype, call), reduce_op_of(op, call));
+  });
+}
+
+meshrt_status meshrt_all_to_all(meshrt_comm* comm, const void* input, void* output, size_t count,
+                                meshrt_dtype dtype, meshrt_work** work) {
+  const char* call = "meshrt_all_to_all";
+  return submit(call, comm, work, [&](meshrt::Communicator& c) {
+    return c.all_to_all(view_of(input, count, dtype, call), view_of(output, count, dtype, call));
+  });
+}
+
+meshrt_status meshrt_all_to_all_v(meshrt_comm* comm, const void* input, const size_t* input_counts,
+                                  void* output, const size_t* output_counts, meshrt_dtype dtype,
+                                  meshrt_work** work) {
+  const char* call = "meshrt_all_to_all_v";
+  return submit(call, comm, work, [&](meshrt::Communicator& c) {
+    const size_t n = static_cast<size_t>(c.size());
+    const std::span<const size_t> in(&need(input_counts, call, "input_counts"), n);
+    const std::span<const size_t> out(&need(output_counts, call, "output_counts"), n);
+    size_t sent = 0, received = 0;
+    for (size_t j = 0; j < n; ++j) {
+      sent += in[j];
+      received += out[j];
+    }
+    return c.all_to_all(view_of(input, sent, dtype, call), in,
+                        view_of(output, received, dtype, call), out);
+  });
+}
+
+meshrt_status meshrt_gather(meshrt_comm* comm, const void* input, void* output, size_t count,
+                            meshrt_dtype dtype, int root, meshrt_work** work) {
+  const char* call = "meshrt_gather";
+  return submit(call, comm, work, [&](meshrt::Communicator& c) {
+    const size_t n = static_cast<size_t>(c.size());
+    return c.gather(view_of(input, count, dtype, call), view_of(output, count * n, dtype, call),
+                    root);
+  });
+}
+
+meshrt_status meshrt_scatter(meshrt_comm* comm, const void* input, void* output, size_t count,
+                             meshrt_dtype dtype, int root, meshrt_work** work) {
+  const char* call = "meshrt_scatter";
+  return submit(call, comm, work, [&](meshrt::Communicator& c) {
+    const size_t n = static_cast<size_t>(c.size());
+    return c.scatter(view_of(input, count * n, dtype, call), view_of(output, count, dtype, call),
+                     root);
+  });
+}
+
+meshrt_status meshrt_barrier(meshrt_comm* comm, meshrt_work** work) {
+  return submit("meshrt_barrier", comm, work, [&](meshrt::Communicator& c) { return c.barrier(); });
+}
+
+meshrt_status meshrt_send(meshrt_comm* comm, const void* data, size_t count, meshrt_dtype dtype,
+                          int peer, int tag, meshrt_work** work) {
+  const char* call = "meshrt_send";
+  return submit(call, comm, work, [&](meshrt::Communicator& c) {
+    return c.send(view_of(data, count, dtype, call), peer, tag);
+  });
+}
+
+meshrt_status meshrt_recv(meshrt_comm* comm, void* data, size_t count, meshrt_dtype dtype, int peer,
+                          int tag, meshrt_work** work) {
+  const char* call = "meshrt_recv";
+  return submit(call, comm, work, [&](meshrt::Communicator& c) {
+    return c.recv(view_of(data, count, dtype, call), peer, tag);
+  });
+}
+
+meshrt_status meshrt_work_wait(meshrt_work* work) {
+  return guarded("meshrt_work_wait", [&] { need(work, "meshrt_work_wait", "work").work->wait(); });
+}
+
+meshrt_status meshrt_work_wait_timeout(meshrt_work* work, uint64_t timeout_ms) {
+  return guarded("meshrt_work_wait_timeout", [&] {
+    need(work, "meshrt_work_wait_timeout", "work")
+        .work->wait(std::chrono::milliseconds(std::min<uint64_t>(timeout_ms, INT64_MAX / 1000000)));
+  });
+}
+
+meshrt_status meshrt_work_test(meshrt_work* work, int* done) {
+  return guarded("meshrt_work_test", [&] {
+    need(done, "meshrt_work_test", "done") =
+        need(work, "meshrt_work_test", "work").work->test() ? 1 : 0;
+  });
+}
+
+void meshrt_work_free(meshrt_work* work) { std::unique_ptr<meshrt_work> owned(work); }
+
+meshrt_status meshrt_scope_push(const char* name, meshrt_phase phase) {
+  const char* call = "meshrt_scope_push";
+  return guarded(call, [&] {
+    if (static_cast<int>(phase) < MESHRT_PHASE_INHERIT ||
+        static_cast<int>(phase) > MESHRT_PHASE_OTHER) {
+      throw invalid(call, fmt::format("phase {} is not a meshrt_phase", static_cast<int>(phase)));
+    }
+    open_scopes.push_back(std::make_unique<meshrt::trace::Scope>(
+        &need(name, call, "name"), static_cast<meshrt::trace::Phase>(phase)));
+  });
+}
+
+meshrt_status meshrt_scope_pop(void) {
+  return guarded("meshrt_scope_pop", [&] {
+    if (open_scopes.empty()) throw invalid("meshrt_scope_pop", "no scope is open on this thread");
+    open_scopes.pop_back();
+  });
+}
+
+meshrt_status meshrt_dump_flight_recorder(void) {
+  return guarded("meshrt_dump_flight_recorder", [] { meshrt::trace::dump_flight_recorder(); });
+}
+
+}  // extern "C"

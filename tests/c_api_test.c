@@ -1,0 +1,255 @@
+/* The C API from C (compiled -std=c11 -pedantic -Werror, linked by the C compiler): every
+ * collective and p2p op on an in-process world of 8 ranks, checked element-wise; async works; a
+ * split and a 2x4 mesh; scopes; and every status code the API can return from its callers'
+ * mistakes, with the message that names the call. Prints "c_api ok" and exits 0, else lists
+ * what failed and exits 1. */
+/* nanosleep: POSIX, not C11. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "mesh/meshrt_c.h"
+
+#define WORLD 8
+
+static atomic_int failures;
+static atomic_int late_recv_timed_out; /* Rank 1 tells rank 0 when to send the late message. */
+
+static void fail(int rank, const char* what, long detail) {
+  atomic_fetch_add(&failures, 1);
+  fprintf(stderr, "FAIL rank %d: %s (%ld); last error: %s\n", rank, what, detail,
+          meshrt_last_error());
+}
+
+/* Checks that `call` returned `want`. */
+static void expect_status(int rank, meshrt_status got, meshrt_status want, const char* what) {
+  if (got != want) fail(rank, what, (long)got);
+}
+
+static void expect_error_mentions(int rank, const char* text, const char* what) {
+  if (strstr(meshrt_last_error(), text) == NULL) fail(rank, what, 0);
+}
+
+static void collectives(meshrt_comm* world, int r, int n) {
+  int32_t sum[5];
+  for (int i = 0; i < 5; ++i) sum[i] = r + i;
+  expect_status(r, meshrt_all_reduce(world, sum, 5, MESHRT_INT32, MESHRT_SUM, NULL), MESHRT_OK,
+                "all_reduce");
+  for (int i = 0; i < 5; ++i) {
+    if (sum[i] != n * (n - 1) / 2 + n * i) fail(r, "all_reduce sum element", i);
+  }
+
+  double avg[3] = {r, 2.0 * r, 1.0};
+  expect_status(r, meshrt_all_reduce(world, avg, 3, MESHRT_FLOAT64, MESHRT_AVG, NULL), MESHRT_OK,
+                "all_reduce avg");
+  if (avg[0] != (n - 1) / 2.0 || avg[1] != (double)(n - 1) || avg[2] != 1.0) {
+    fail(r, "all_reduce avg", 0);
+  }
+
+  float mine[2] = {(float)r, (float)(10 * r)};
+  float all[2 * WORLD];
+  expect_status(r, meshrt_all_gather(world, mine, all, 2, MESHRT_FLOAT32, NULL), MESHRT_OK,
+                "all_gather");
+  for (int q = 0; q < n; ++q) {
+    if (all[2 * q] != (float)q || all[2 * q + 1] != (float)(10 * q)) fail(r, "all_gather", q);
+  }
+  /* MPI's in-place form: this rank's input already at its offset in the output. */
+  memset(all, 0, sizeof all);
+  all[2 * r] = (float)r;
+  all[2 * r + 1] = (float)(10 * r);
+  expect_status(r, meshrt_all_gather(world, all + 2 * r, all, 2, MESHRT_FLOAT32, NULL), MESHRT_OK,
+                "all_gather in place");
+  for (int q = 0; q < n; ++q) {
+    if (all[2 * q] != (float)q) fail(r, "all_gather in place", q);
+  }
+
+  int64_t blocks[WORLD * 2], block[2];
+  for (int j = 0; j < 2 * n; ++j) blocks[j] = j + r;
+  expect_status(r, meshrt_reduce_scatter(world, blocks, block, 2, MESHRT_INT64, MESHRT_MAX, NULL),
+                MESHRT_OK, "reduce_scatter");
+  if (block[0] != 2 * r + n - 1 || block[1] != 2 * r + n) fail(r, "reduce_scatter max", 0);
+
+  uint8_t bytes[4] = {0, 0, 0, 0};
+  if (r == 3) memcpy(bytes, "mesh", 4);
+  expect_status(r, meshrt_broadcast(world, bytes, 4, MESHRT_UINT8, 3, NULL), MESHRT_OK,
+                "broadcast");
+  if (memcmp(bytes, "mesh", 4) != 0) fail(r, "broadcast", 0);
+
+  int32_t value = r + 1;
+  expect_status(r, meshrt_reduce(world, &value, 1, MESHRT_INT32, MESHRT_PROD, 0, NULL), MESHRT_OK,
+                "reduce");
+  if (r == 0 && value != 40320) fail(r, "reduce prod at the root", value);
+  if (r != 0 && value != r + 1) fail(r, "reduce left a non-root's buffer", value);
+
+  int32_t out[WORLD], in[WORLD];
+  for (int j = 0; j < n; ++j) in[j] = 100 * r + j;
+  expect_status(r, meshrt_all_to_all(world, in, out, (size_t)n, MESHRT_INT32, NULL), MESHRT_OK,
+                "all_to_all");
+  for (int q = 0; q < n; ++q) {
+    if (out[q] != 100 * q + r) fail(r, "all_to_all", q);
+  }
+
+  /* Uneven: rank q sends (q + j) % 3 elements, each 1000 q + j, to rank j. */
+  size_t send_counts[WORLD], recv_counts[WORLD];
+  int32_t vin[3 * WORLD], vout[3 * WORLD];
+  size_t at = 0;
+  for (int j = 0; j < n; ++j) {
+    send_counts[j] = (size_t)((r + j) % 3);
+    recv_counts[j] = (size_t)((j + r) % 3);
+    for (size_t k = 0; k < send_counts[j]; ++k) vin[at++] = 1000 * r + j;
+  }
+  expect_status(r,
+                meshrt_all_to_all_v(world, vin, send_counts, vout, recv_counts, MESHRT_INT32, NULL),
+                MESHRT_OK, "all_to_all_v");
+  at = 0;
+  for (int q = 0; q < n; ++q) {
+    for (size_t k = 0; k < recv_counts[q]; ++k) {
+      if (vout[at++] != 1000 * q + r) fail(r, "all_to_all_v from rank", q);
+    }
+  }
+
+  int32_t gathered[WORLD];
+  expect_status(r, meshrt_gather(world, &value, gathered, 1, MESHRT_INT32, 5, NULL), MESHRT_OK,
+                "gather");
+  for (int q = 0; r == 5 && q < n; ++q) {
+    if (gathered[q] != (q == 0 ? 40320 : q + 1)) fail(r, "gather from rank", q);
+  }
+  int32_t scattered = -1, sources[WORLD];
+  for (int j = 0; j < n; ++j) sources[j] = 7 * j;
+  expect_status(r, meshrt_scatter(world, sources, &scattered, 1, MESHRT_INT32, 2, NULL), MESHRT_OK,
+                "scatter");
+  if (scattered != 7 * r) fail(r, "scatter", scattered);
+
+  expect_status(r, meshrt_barrier(world, NULL), MESHRT_OK, "barrier");
+}
+
+static void p2p_and_works(meshrt_comm* world, int r, int n) {
+  /* A ring. A communicator runs its ops in order (as NCCL's stream does), so even ranks send
+   * first and odd ones receive first; both ops are handed out before either is waited on. */
+  double to_right = r, from_left = -1;
+  meshrt_work *send = NULL, *recv = NULL;
+  for (int turn = 0; turn < 2; ++turn) {
+    if ((turn == 0) == (r % 2 == 0)) {
+      expect_status(r, meshrt_send(world, &to_right, 1, MESHRT_FLOAT64, (r + 1) % n, 7, &send),
+                    MESHRT_OK, "send");
+    } else {
+      expect_status(r, meshrt_recv(world, &from_left, 1, MESHRT_FLOAT64, (r + n - 1) % n, 7, &recv),
+                    MESHRT_OK, "recv");
+    }
+  }
+  expect_status(r, meshrt_work_wait(send), MESHRT_OK, "send wait");
+  expect_status(r, meshrt_work_wait(recv), MESHRT_OK, "recv wait");
+  if (from_left != (double)((r + n - 1) % n)) fail(r, "ring recv", (long)from_left);
+  int done = 0;
+  expect_status(r, meshrt_work_test(recv, &done), MESHRT_OK, "test");
+  if (done != 1) fail(r, "test of a finished op", done);
+  meshrt_work_free(send);
+  meshrt_work_free(recv);
+
+  /* A receive nobody matches yet: waiting 20 ms times out harmlessly, and the op runs on; only
+   * then does rank 0 send, and the receive completes. */
+  if (r == 1) {
+    int32_t late = 0;
+    meshrt_work* w = NULL;
+    expect_status(r, meshrt_recv(world, &late, 1, MESHRT_INT32, 0, 9, &w), MESHRT_OK, "late recv");
+    expect_status(r, meshrt_work_wait_timeout(w, 20), MESHRT_ERR_TIMEOUT, "wait_timeout");
+    atomic_store(&late_recv_timed_out, 1);
+    expect_status(r, meshrt_work_wait(w), MESHRT_OK, "late recv completes");
+    if (late != 42) fail(r, "late recv", late);
+    meshrt_work_free(w);
+  } else if (r == 0) {
+    const struct timespec ms = {0, 1000000};
+    while (atomic_load(&late_recv_timed_out) == 0) nanosleep(&ms, NULL);
+    int32_t answer = 42;
+    expect_status(r, meshrt_send(world, &answer, 1, MESHRT_INT32, 1, 9, NULL), MESHRT_OK,
+                  "late send");
+  }
+}
+
+static void groups_and_scopes(meshrt_comm* world, int r) {
+  meshrt_comm* half = NULL;
+  expect_status(r, meshrt_comm_split(world, r % 2, r, &half), MESHRT_OK, "split");
+  int size = 0, rank = -1;
+  meshrt_comm_size(half, &size);
+  meshrt_comm_rank(half, &rank);
+  if (size != WORLD / 2 || rank != r / 2) fail(r, "split rank/size", rank);
+  meshrt_comm_free(half);
+
+  const int64_t shape[2] = {2, 4};
+  const char* names[2] = {"dp", "tp"};
+  meshrt_mesh* mesh = NULL;
+  expect_status(r, meshrt_init_device_mesh(world, shape, names, 2, &mesh), MESHRT_OK, "mesh");
+  meshrt_comm* tp = NULL;
+  expect_status(r, meshrt_mesh_comm(mesh, "tp", &tp), MESHRT_OK, "mesh comm");
+  int64_t tp_index = -1;
+  expect_status(r, meshrt_mesh_local_rank(mesh, "tp", &tp_index), MESHRT_OK, "local_rank");
+  if (tp_index != r % 4) fail(r, "tp index", (long)tp_index);
+  meshrt_mesh_free(mesh); /* The communicator outlives the mesh handle. */
+  const char* name = NULL;
+  meshrt_comm_name(tp, &name);
+  if (name == NULL || strstr(name, "tp") == NULL) fail(r, "tp's name", 0);
+  expect_status(r, meshrt_scope_push("MLP.fc2", MESHRT_PHASE_BACKWARD), MESHRT_OK, "scope push");
+  int32_t x = 1;
+  expect_status(r, meshrt_all_reduce(tp, &x, 1, MESHRT_INT32, MESHRT_SUM, NULL), MESHRT_OK,
+                "tp all_reduce");
+  if (x != 4) fail(r, "tp all_reduce", x);
+  expect_status(r, meshrt_scope_pop(), MESHRT_OK, "scope pop");
+  meshrt_comm_free(tp);
+}
+
+/* The callers' mistakes: each returns its status, before anything is sent, naming the call. */
+static void mistakes(meshrt_comm* world, int r) {
+  int32_t x = 0;
+  expect_status(r, meshrt_all_reduce(world, &x, 1, (meshrt_dtype)42, MESHRT_SUM, NULL),
+                MESHRT_ERR_INVALID_ARGUMENT, "bad dtype");
+  expect_error_mentions(r, ", comm 'world', all_reduce: dtype 42 is not a meshrt_dtype",
+                        "bad dtype's message names the communicator and op");
+  expect_status(r, meshrt_broadcast(world, &x, 1, MESHRT_INT32, 99, NULL),
+                MESHRT_ERR_INVALID_ARGUMENT, "bad root");
+  expect_error_mentions(r, "broadcast", "bad root's message names the op");
+  expect_status(r, meshrt_all_reduce(world, &x, 1, MESHRT_INT32, MESHRT_AVG, NULL),
+                MESHRT_ERR_INVALID_ARGUMENT, "avg of int32");
+  expect_status(r, meshrt_comm_rank(NULL, &x), MESHRT_ERR_INVALID_ARGUMENT, "NULL comm");
+  expect_error_mentions(r, "meshrt_comm_rank: comm is NULL", "NULL comm's message");
+  expect_status(r, meshrt_scope_pop(), MESHRT_ERR_INVALID_ARGUMENT, "pop without push");
+  expect_status(r, meshrt_scope_push("x", (meshrt_phase)9), MESHRT_ERR_INVALID_ARGUMENT,
+                "bad phase");
+}
+
+static void rank_main(meshrt_comm* world, void* user) {
+  (void)user;
+  int r = -1, n = 0;
+  expect_status(-1, meshrt_comm_rank(world, &r), MESHRT_OK, "rank");
+  expect_status(-1, meshrt_comm_size(world, &n), MESHRT_OK, "size");
+  if (n != WORLD) fail(r, "world size", n);
+  collectives(world, r, n);
+  p2p_and_works(world, r, n);
+  groups_and_scopes(world, r);
+  mistakes(world, r);
+  /* Last: an aborted communicator fails every later op with MESHRT_ERR_ABORTED. */
+  meshrt_comm* own = NULL;
+  expect_status(r, meshrt_comm_split(world, r, 0, &own), MESHRT_OK, "split of one");
+  expect_status(r, meshrt_comm_abort(own), MESHRT_OK, "abort");
+  int32_t x = 0;
+  expect_status(r, meshrt_all_reduce(own, &x, 1, MESHRT_INT32, MESHRT_SUM, NULL),
+                MESHRT_ERR_ABORTED, "op after abort");
+  meshrt_comm_free(own);
+}
+
+int main(void) {
+  if (strlen(meshrt_version()) == 0) fail(-1, "version", 0);
+  const char* want[] = {"ok",    "invalid_argument", "timeout",       "peer_failure", "backend",
+                        "store", "aborted",          "not_supported", "internal"};
+  for (int s = MESHRT_OK; s <= MESHRT_ERR_INTERNAL; ++s) {
+    if (strcmp(meshrt_status_name((meshrt_status)s), want[s]) != 0) fail(-1, "status name", s);
+  }
+  expect_status(-1, meshrt_run_inproc(WORLD, rank_main, NULL), MESHRT_OK, "run_inproc");
+  expect_status(-1, meshrt_run_inproc(2, NULL, NULL), MESHRT_ERR_INVALID_ARGUMENT, "NULL fn");
+  if (atomic_load(&failures) != 0) return 1;
+  printf("c_api ok\n");
+  return 0;
+}
