@@ -38,6 +38,7 @@ gbench() {
 gbench store_bench 'BM_SetGetAdd/64/real_time/threads:1$'
 gbench op_overhead_bench 'BM_AllReduce8B/real_time|BM_ValidateOnly|BM_ReduceSumF32_Meshrt/65536'
 gbench trace_overhead_bench 'BM_RecordAndComplete/1|BM_AllReduce8B/1/'
+gbench c_api_bench 'BM_AllReduce8B_'
 gbench flight_recorder_bench 'BM_RenderDump/0'
 gbench mesh_bench 'BM_CreateMesh4D|BM_SliceTwoDims'
 gbench straggler_bench 'BM_Analyze/ranks:8'
