@@ -1,5 +1,7 @@
 // The C API (meshrt_c.h) over the C++ one: handles own shared_ptrs, every call catches every
 // exception and turns it into a status and this thread's last error.
+// The definitions below carry the ops' own names: no call-site macros here.
+#define MESHRT_NO_CALL_SITE_MACROS
 #include "mesh/meshrt_c.h"
 
 #include <fmt/format.h>
@@ -9,8 +11,11 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mesh/meshrt.h"
@@ -32,6 +37,20 @@ using meshrt::Error;
 using meshrt::ErrorCode;
 
 thread_local std::string last_error;
+// The call site meshrt_call_site() set for this thread's next op; file null when none.
+thread_local meshrt::CallSite next_call_site{nullptr, 0};
+
+// `file` for good: records keep the pointer. Callers pass the same few files again and again.
+const char* intern(const char* file) {
+  thread_local const char* last = nullptr;
+  if (last != nullptr && std::strcmp(last, file) == 0) return last;
+  static std::mutex mutex;
+  // Never destroyed, not even at exit: the trace sinks write their last records then, after
+  // function-local statics are gone.
+  static std::set<std::string>& files = *new std::set<std::string>();
+  std::lock_guard lock(mutex);
+  return last = files.insert(file).first->c_str();
+}
 // Scopes this thread opened through meshrt_scope_push, innermost last.
 thread_local std::vector<std::unique_ptr<meshrt::trace::Scope>> open_scopes;
 
@@ -96,14 +115,17 @@ T* release_into(T** out, H&& value, const char* call, const char* name) {
   return *out;
 }
 
-// Starts an op with `start(comm)`; blocks on it when `work` is NULL, else hands it out.
+// Starts an op with `start(comm, call site)`; blocks on it when `work` is NULL, else hands it
+// out. The call site is the one meshrt_call_site() set, else the call's own name.
 template <typename F>
 meshrt_status submit(const char* call, meshrt_comm* comm, meshrt_work** work, F&& start) {
+  meshrt::CallSite site = std::exchange(next_call_site, meshrt::CallSite{nullptr, 0});
+  if (site.file == nullptr) site = meshrt::CallSite{call, 0};
   return guarded(call, [&] {
     meshrt::Communicator& c = *need(comm, call, "comm").comm;
     meshrt::WorkHandle w;
     try {
-      w = start(c);
+      w = start(c, site);
     } catch (const CallerMistake& e) {  // Named as the C++ API names its own refusals.
       const std::string_view op = std::string_view(call).substr(std::strlen("meshrt_"));
       throw Error(ErrorCode::kInvalidArgument, {c.global_rank(), c.name(), std::string(op)},
@@ -228,34 +250,34 @@ meshrt_status meshrt_mesh_local_rank(const meshrt_mesh* mesh, const char* dim, i
 meshrt_status meshrt_all_reduce(meshrt_comm* comm, void* data, size_t count, meshrt_dtype dtype,
                                 meshrt_reduce_op op, meshrt_work** work) {
   const char* call = "meshrt_all_reduce";
-  return submit(call, comm, work, [&](meshrt::Communicator& c) {
-    return c.all_reduce(view_of(data, count, dtype, call), reduce_op_of(op, call));
+  return submit(call, comm, work, [&](meshrt::Communicator& c, const meshrt::CallSite& at) {
+    return c.all_reduce(view_of(data, count, dtype, call), reduce_op_of(op, call), {}, at);
   });
 }
 
 meshrt_status meshrt_broadcast(meshrt_comm* comm, void* data, size_t count, meshrt_dtype dtype,
                                int root, meshrt_work** work) {
   const char* call = "meshrt_broadcast";
-  return submit(call, comm, work, [&](meshrt::Communicator& c) {
-    return c.broadcast(view_of(data, count, dtype, call), root);
+  return submit(call, comm, work, [&](meshrt::Communicator& c, const meshrt::CallSite& at) {
+    return c.broadcast(view_of(data, count, dtype, call), root, {}, at);
   });
 }
 
 meshrt_status meshrt_reduce(meshrt_comm* comm, void* data, size_t count, meshrt_dtype dtype,
                             meshrt_reduce_op op, int root, meshrt_work** work) {
   const char* call = "meshrt_reduce";
-  return submit(call, comm, work, [&](meshrt::Communicator& c) {
-    return c.reduce(view_of(data, count, dtype, call), root, reduce_op_of(op, call));
+  return submit(call, comm, work, [&](meshrt::Communicator& c, const meshrt::CallSite& at) {
+    return c.reduce(view_of(data, count, dtype, call), root, reduce_op_of(op, call), {}, at);
   });
 }
 
 meshrt_status meshrt_all_gather(meshrt_comm* comm, const void* input, void* output, size_t count,
                                 meshrt_dtype dtype, meshrt_work** work) {
   const char* call = "meshrt_all_gather";
-  return submit(call, comm, work, [&](meshrt::Communicator& c) {
+  return submit(call, comm, work, [&](meshrt::Communicator& c, const meshrt::CallSite& at) {
     const size_t n = static_cast<size_t>(c.size());
-    return c.all_gather(view_of(input, count, dtype, call),
-                        view_of(output, count * n, dtype, call));
+    return c.all_gather(view_of(input, count, dtype, call), view_of(output, count * n, dtype, call),
+                        {}, at);
   });
 }
 
@@ -263,18 +285,19 @@ meshrt_status meshrt_reduce_scatter(meshrt_comm* comm, const void* input, void* 
                                     size_t count, meshrt_dtype dtype, meshrt_reduce_op op,
                                     meshrt_work** work) {
   const char* call = "meshrt_reduce_scatter";
-  return submit(call, comm, work, [&](meshrt::Communicator& c) {
+  return submit(call, comm, work, [&](meshrt::Communicator& c, const meshrt::CallSite& at) {
     const size_t n = static_cast<size_t>(c.size());
     return c.reduce_scatter(view_of(input, count * n, dtype, call),
-                            view_of(output, count, dtype, call), reduce_op_of(op, call));
+                            view_of(output, count, dtype, call), reduce_op_of(op, call), {}, at);
   });
 }
 
 meshrt_status meshrt_all_to_all(meshrt_comm* comm, const void* input, void* output, size_t count,
                                 meshrt_dtype dtype, meshrt_work** work) {
   const char* call = "meshrt_all_to_all";
-  return submit(call, comm, work, [&](meshrt::Communicator& c) {
-    return c.all_to_all(view_of(input, count, dtype, call), view_of(output, count, dtype, call));
+  return submit(call, comm, work, [&](meshrt::Communicator& c, const meshrt::CallSite& at) {
+    return c.all_to_all(view_of(input, count, dtype, call), view_of(output, count, dtype, call), {},
+                        at);
   });
 }
 
@@ -282,7 +305,7 @@ meshrt_status meshrt_all_to_all_v(meshrt_comm* comm, const void* input, const si
                                   void* output, const size_t* output_counts, meshrt_dtype dtype,
                                   meshrt_work** work) {
   const char* call = "meshrt_all_to_all_v";
-  return submit(call, comm, work, [&](meshrt::Communicator& c) {
+  return submit(call, comm, work, [&](meshrt::Communicator& c, const meshrt::CallSite& at) {
     const size_t n = static_cast<size_t>(c.size());
     const std::span<const size_t> in(&need(input_counts, call, "input_counts"), n);
     const std::span<const size_t> out(&need(output_counts, call, "output_counts"), n);
@@ -292,47 +315,56 @@ meshrt_status meshrt_all_to_all_v(meshrt_comm* comm, const void* input, const si
       received += out[j];
     }
     return c.all_to_all(view_of(input, sent, dtype, call), in,
-                        view_of(output, received, dtype, call), out);
+                        view_of(output, received, dtype, call), out, {}, at);
   });
 }
 
 meshrt_status meshrt_gather(meshrt_comm* comm, const void* input, void* output, size_t count,
                             meshrt_dtype dtype, int root, meshrt_work** work) {
   const char* call = "meshrt_gather";
-  return submit(call, comm, work, [&](meshrt::Communicator& c) {
+  return submit(call, comm, work, [&](meshrt::Communicator& c, const meshrt::CallSite& at) {
     const size_t n = static_cast<size_t>(c.size());
     return c.gather(view_of(input, count, dtype, call), view_of(output, count * n, dtype, call),
-                    root);
+                    root, {}, at);
   });
 }
 
 meshrt_status meshrt_scatter(meshrt_comm* comm, const void* input, void* output, size_t count,
                              meshrt_dtype dtype, int root, meshrt_work** work) {
   const char* call = "meshrt_scatter";
-  return submit(call, comm, work, [&](meshrt::Communicator& c) {
+  return submit(call, comm, work, [&](meshrt::Communicator& c, const meshrt::CallSite& at) {
     const size_t n = static_cast<size_t>(c.size());
     return c.scatter(view_of(input, count * n, dtype, call), view_of(output, count, dtype, call),
-                     root);
+                     root, {}, at);
   });
 }
 
 meshrt_status meshrt_barrier(meshrt_comm* comm, meshrt_work** work) {
-  return submit("meshrt_barrier", comm, work, [&](meshrt::Communicator& c) { return c.barrier(); });
+  return submit(
+      "meshrt_barrier", comm, work,
+      [&](meshrt::Communicator& c, const meshrt::CallSite& at) { return c.barrier({}, at); });
 }
 
 meshrt_status meshrt_send(meshrt_comm* comm, const void* data, size_t count, meshrt_dtype dtype,
                           int peer, int tag, meshrt_work** work) {
   const char* call = "meshrt_send";
-  return submit(call, comm, work, [&](meshrt::Communicator& c) {
-    return c.send(view_of(data, count, dtype, call), peer, tag);
+  return submit(call, comm, work, [&](meshrt::Communicator& c, const meshrt::CallSite& at) {
+    return c.send(view_of(data, count, dtype, call), peer, tag, {}, at);
   });
 }
 
 meshrt_status meshrt_recv(meshrt_comm* comm, void* data, size_t count, meshrt_dtype dtype, int peer,
                           int tag, meshrt_work** work) {
   const char* call = "meshrt_recv";
-  return submit(call, comm, work, [&](meshrt::Communicator& c) {
-    return c.recv(view_of(data, count, dtype, call), peer, tag);
+  return submit(call, comm, work, [&](meshrt::Communicator& c, const meshrt::CallSite& at) {
+    return c.recv(view_of(data, count, dtype, call), peer, tag, {}, at);
+  });
+}
+
+meshrt_status meshrt_call_site(const char* file, int line) {
+  return guarded("meshrt_call_site", [&] {
+    const char* name = &need(file, "meshrt_call_site", "file");
+    next_call_site = meshrt::CallSite{intern(name), static_cast<uint32_t>(std::max(line, 0))};
   });
 }
 

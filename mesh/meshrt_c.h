@@ -160,6 +160,12 @@ meshrt_status meshrt_send(meshrt_comm* comm, const void* data, size_t count, mes
 meshrt_status meshrt_recv(meshrt_comm* comm, void* data, size_t count, meshrt_dtype dtype, int peer,
                           int tag, meshrt_work** work);
 
+/* The file and line that the next op called on this thread records as its call site (in records,
+ * dumps and the analyzer's verdicts), instead of the op's own name: the macros below pass each
+ * caller's __FILE__ and __LINE__ to it; a language binding passes its user's line. `file` is
+ * copied (interned). */
+meshrt_status meshrt_call_site(const char* file, int line);
+
 /* Blocks until the op completed; returns its failure. */
 meshrt_status meshrt_work_wait(meshrt_work* work);
 /* As meshrt_work_wait, but at most `timeout_ms`: MESHRT_ERR_TIMEOUT then, and the op runs on
@@ -175,6 +181,25 @@ meshrt_status meshrt_scope_push(const char* name, meshrt_phase phase);
 meshrt_status meshrt_scope_pop(void);
 /* Writes this process's flight-recorder dump now (where MESHRT_DUMP_PREFIX says). */
 meshrt_status meshrt_dump_flight_recorder(void);
+
+/* Every op called through these macros records its caller's file and line (define
+ * MESHRT_NO_CALL_SITE_MACROS to call the functions plainly; `(meshrt_all_reduce)(...)` also does).
+ */
+#ifndef MESHRT_NO_CALL_SITE_MACROS
+#define MESHRT_AT_CALLER_(fn, ...) (meshrt_call_site(__FILE__, __LINE__), (fn)(__VA_ARGS__))
+#define meshrt_all_reduce(...) MESHRT_AT_CALLER_(meshrt_all_reduce, __VA_ARGS__)
+#define meshrt_broadcast(...) MESHRT_AT_CALLER_(meshrt_broadcast, __VA_ARGS__)
+#define meshrt_reduce(...) MESHRT_AT_CALLER_(meshrt_reduce, __VA_ARGS__)
+#define meshrt_all_gather(...) MESHRT_AT_CALLER_(meshrt_all_gather, __VA_ARGS__)
+#define meshrt_reduce_scatter(...) MESHRT_AT_CALLER_(meshrt_reduce_scatter, __VA_ARGS__)
+#define meshrt_all_to_all(...) MESHRT_AT_CALLER_(meshrt_all_to_all, __VA_ARGS__)
+#define meshrt_all_to_all_v(...) MESHRT_AT_CALLER_(meshrt_all_to_all_v, __VA_ARGS__)
+#define meshrt_gather(...) MESHRT_AT_CALLER_(meshrt_gather, __VA_ARGS__)
+#define meshrt_scatter(...) MESHRT_AT_CALLER_(meshrt_scatter, __VA_ARGS__)
+#define meshrt_barrier(...) MESHRT_AT_CALLER_(meshrt_barrier, __VA_ARGS__)
+#define meshrt_send(...) MESHRT_AT_CALLER_(meshrt_send, __VA_ARGS__)
+#define meshrt_recv(...) MESHRT_AT_CALLER_(meshrt_recv, __VA_ARGS__)
+#endif
 
 #ifdef __cplusplus
 } /* extern "C" */

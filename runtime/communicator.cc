@@ -181,7 +181,7 @@ uint64_t Communicator::collective_seq() const {
 uint64_t Communicator::p2p_seq() const { return p2p_seq_.load(std::memory_order_relaxed); }
 uint64_t Communicator::op_seq() const { return op_seq_.load(std::memory_order_relaxed); }
 
-WorkHandle Communicator::enqueue(Op&& op, OpOptions options, const std::source_location& caller) {
+WorkHandle Communicator::enqueue(Op&& op, OpOptions options, const CallSite& caller) {
   op.timeout = options.timeout.count() != 0 ? options.timeout : timeout();
   validate_op(op, *info_, backend_->accepts_cuda());  // Before the cap: it names what was passed.
   op.timeout = capped_timeout(op.timeout);
@@ -704,7 +704,7 @@ void Communicator::fail(Work& work, Error error) {
 }
 
 WorkHandle Communicator::all_reduce(BufferView data, ReduceOp op, OpOptions options,
-                                    std::source_location caller) {
+                                    CallSite caller) {
   Op o;
   o.kind = OpKind::kAllReduce;
   o.input = o.output = data;
@@ -712,8 +712,7 @@ WorkHandle Communicator::all_reduce(BufferView data, ReduceOp op, OpOptions opti
   return enqueue(std::move(o), options, caller);
 }
 
-WorkHandle Communicator::broadcast(BufferView data, int root, OpOptions options,
-                                   std::source_location caller) {
+WorkHandle Communicator::broadcast(BufferView data, int root, OpOptions options, CallSite caller) {
   Op o;
   o.kind = OpKind::kBroadcast;
   o.input = o.output = data;
@@ -722,7 +721,7 @@ WorkHandle Communicator::broadcast(BufferView data, int root, OpOptions options,
 }
 
 WorkHandle Communicator::reduce(BufferView data, int root, ReduceOp op, OpOptions options,
-                                std::source_location caller) {
+                                CallSite caller) {
   Op o;
   o.kind = OpKind::kReduce;
   o.input = o.output = data;
@@ -732,7 +731,7 @@ WorkHandle Communicator::reduce(BufferView data, int root, ReduceOp op, OpOption
 }
 
 WorkHandle Communicator::all_gather(BufferView input, BufferView output, OpOptions options,
-                                    std::source_location caller) {
+                                    CallSite caller) {
   Op o;
   o.kind = OpKind::kAllGather;
   o.input = input;
@@ -741,7 +740,7 @@ WorkHandle Communicator::all_gather(BufferView input, BufferView output, OpOptio
 }
 
 WorkHandle Communicator::reduce_scatter(BufferView input, BufferView output, ReduceOp op,
-                                        OpOptions options, std::source_location caller) {
+                                        OpOptions options, CallSite caller) {
   Op o;
   o.kind = OpKind::kReduceScatter;
   o.input = input;
@@ -751,7 +750,7 @@ WorkHandle Communicator::reduce_scatter(BufferView input, BufferView output, Red
 }
 
 WorkHandle Communicator::all_to_all(BufferView input, BufferView output, OpOptions options,
-                                    std::source_location caller) {
+                                    CallSite caller) {
   Op o;
   o.kind = OpKind::kAllToAll;
   o.input = input;
@@ -761,7 +760,7 @@ WorkHandle Communicator::all_to_all(BufferView input, BufferView output, OpOptio
 
 WorkHandle Communicator::all_to_all(BufferView input, std::span<const size_t> input_splits,
                                     BufferView output, std::span<const size_t> output_splits,
-                                    OpOptions options, std::source_location caller) {
+                                    OpOptions options, CallSite caller) {
   Op o;
   o.kind = OpKind::kAllToAll;
   o.input = input;
@@ -776,7 +775,7 @@ WorkHandle Communicator::all_to_all(BufferView input, std::span<const size_t> in
 }
 
 WorkHandle Communicator::gather(BufferView input, BufferView output, int root, OpOptions options,
-                                std::source_location caller) {
+                                CallSite caller) {
   Op o;
   o.kind = OpKind::kGather;
   o.input = input;
@@ -786,7 +785,7 @@ WorkHandle Communicator::gather(BufferView input, BufferView output, int root, O
 }
 
 WorkHandle Communicator::scatter(BufferView input, BufferView output, int root, OpOptions options,
-                                 std::source_location caller) {
+                                 CallSite caller) {
   Op o;
   o.kind = OpKind::kScatter;
   o.input = input;
@@ -795,14 +794,14 @@ WorkHandle Communicator::scatter(BufferView input, BufferView output, int root, 
   return enqueue(std::move(o), options, caller);
 }
 
-WorkHandle Communicator::barrier(OpOptions options, std::source_location caller) {
+WorkHandle Communicator::barrier(OpOptions options, CallSite caller) {
   Op o;
   o.kind = OpKind::kBarrier;
   return enqueue(std::move(o), options, caller);
 }
 
 WorkHandle Communicator::send(BufferView data, int peer, int tag, OpOptions options,
-                              std::source_location caller) {
+                              CallSite caller) {
   Op o;
   o.kind = OpKind::kSend;
   o.input = o.output = data;
@@ -812,7 +811,7 @@ WorkHandle Communicator::send(BufferView data, int peer, int tag, OpOptions opti
 }
 
 WorkHandle Communicator::recv(BufferView data, int peer, int tag, OpOptions options,
-                              std::source_location caller) {
+                              CallSite caller) {
   Op o;
   o.kind = OpKind::kRecv;
   o.input = o.output = data;
@@ -822,7 +821,7 @@ WorkHandle Communicator::recv(BufferView data, int peer, int tag, OpOptions opti
 }
 
 WorkHandle Communicator::batch_isend_irecv(std::span<const P2POp> ops, OpOptions options,
-                                           std::source_location caller) {
+                                           CallSite caller) {
   Op o;
   o.kind = OpKind::kBatchP2P;
   o.p2p.assign(ops.begin(), ops.end());
@@ -979,7 +978,7 @@ void Communicator::start_coalescing() {
   }
 }
 
-WorkHandle Communicator::end_coalescing(std::source_location caller) {
+WorkHandle Communicator::end_coalescing(CallSite caller) {
   std::unique_lock launch_lock(launch_mu_, std::defer_lock);
   if (model_ != ExecutionModel::kRunToCompletion) launch_lock.lock();
   Op op;

@@ -50,6 +50,7 @@
 #include "../trace/op_record.h"
 #include "../trace/spin_lock.h"
 #include "backend.h"
+#include "call_site.h"
 #include "hooks.h"
 #include "timeout.h"
 #include "work.h"
@@ -148,51 +149,50 @@ class Communicator {
 
   // Reduces `data` across the group in place.
   WorkHandle all_reduce(BufferView data, ReduceOp op = ReduceOp::kSum, OpOptions options = {},
-                        std::source_location caller = std::source_location::current());
+                        CallSite caller = std::source_location::current());
   // Copies `data` of rank `root` into `data` of every rank.
   WorkHandle broadcast(BufferView data, int root, OpOptions options = {},
-                       std::source_location caller = std::source_location::current());
+                       CallSite caller = std::source_location::current());
   // Reduces `data` into `data` of rank `root`; other ranks' buffers are left unchanged.
   WorkHandle reduce(BufferView data, int root, ReduceOp op = ReduceOp::kSum, OpOptions options = {},
-                    std::source_location caller = std::source_location::current());
+                    CallSite caller = std::source_location::current());
   // Concatenates every rank's `input`, in rank order, into `output` (size() x input.count). In
   // place when `input` is block rank() of `output`; any other overlap is rejected.
   WorkHandle all_gather(BufferView input, BufferView output, OpOptions options = {},
-                        std::source_location caller = std::source_location::current());
+                        CallSite caller = std::source_location::current());
   // Reduces `input` (size() x output.count) and leaves block rank() of the result in `output`. In
   // place when `output` is block rank() of `input`; any other overlap is rejected.
   WorkHandle reduce_scatter(BufferView input, BufferView output, ReduceOp op = ReduceOp::kSum,
                             OpOptions options = {},
-                            std::source_location caller = std::source_location::current());
+                            CallSite caller = std::source_location::current());
   // Sends block j of `input` to rank j and receives rank j's block into block j of `output`; blocks
   // are count / size() elements, and input and output have the same count.
   WorkHandle all_to_all(BufferView input, BufferView output, OpOptions options = {},
-                        std::source_location caller = std::source_location::current());
+                        CallSite caller = std::source_location::current());
   // Uneven all_to_all: input_splits[j] elements go to rank j; output_splits[j] come from rank j.
   // Give both splits or neither (throws kInvalidArgument); each has size() entries.
   WorkHandle all_to_all(BufferView input, std::span<const size_t> input_splits, BufferView output,
                         std::span<const size_t> output_splits, OpOptions options = {},
-                        std::source_location caller = std::source_location::current());
+                        CallSite caller = std::source_location::current());
   // Concatenates every rank's `input` into `output` on rank `root` (ignored elsewhere).
   WorkHandle gather(BufferView input, BufferView output, int root, OpOptions options = {},
-                    std::source_location caller = std::source_location::current());
+                    CallSite caller = std::source_location::current());
   // Sends block j of `input` on rank `root` (ignored elsewhere) to `output` of rank j.
   WorkHandle scatter(BufferView input, BufferView output, int root, OpOptions options = {},
-                     std::source_location caller = std::source_location::current());
+                     CallSite caller = std::source_location::current());
   // Completes once every rank has entered it.
-  WorkHandle barrier(OpOptions options = {},
-                     std::source_location caller = std::source_location::current());
+  WorkHandle barrier(OpOptions options = {}, CallSite caller = std::source_location::current());
   // Sends `data` to group rank `peer` (not this rank); matched, in order, with the peer's recvs of
   // the same tag. A size mismatch fails the recv with kInvalidArgument.
   WorkHandle send(BufferView data, int peer, int tag = 0, OpOptions options = {},
-                  std::source_location caller = std::source_location::current());
+                  CallSite caller = std::source_location::current());
   // Receives into `data` the next message of `tag` from group rank `peer` (not this rank).
   WorkHandle recv(BufferView data, int peer, int tag = 0, OpOptions options = {},
-                  std::source_location caller = std::source_location::current());
+                  CallSite caller = std::source_location::current());
   // Posts all sends and receives of `ops` together (no ordering deadlock between them) as one op.
   // `ops` must not be empty.
   WorkHandle batch_isend_irecv(std::span<const P2POp> ops, OpOptions options = {},
-                               std::source_location caller = std::source_location::current());
+                               CallSite caller = std::source_location::current());
 
   // Opens a coalescing block: the ops this communicator is given until end_coalescing() are
   // launched as one group (NCCL: one ncclGroupStart/End, so their kernels run together and p2p
@@ -205,7 +205,7 @@ class Communicator {
   // Closes the block and returns the Work of its closing `coalesced` entry, done once every
   // member is; it fails if a member failed. Throws Error(kInvalidArgument) without an open block,
   // and the backend's Error if the group could not be launched.
-  WorkHandle end_coalescing(std::source_location caller = std::source_location::current());
+  WorkHandle end_coalescing(CallSite caller = std::source_location::current());
 
   // Collective over this communicator: ranks passing the same `color` form a new communicator,
   // ordered by `key`, then by rank here. Ranks passing kNoColor get nullptr. Every rank must call
@@ -263,7 +263,7 @@ class Communicator {
   // Whether `work` completed or failed, without polling (for CoalescedPending).
   static bool work_done(const Work& work) { return work.done_now(); }
 
-  WorkHandle enqueue(Op&& op, OpOptions options, const std::source_location& caller);
+  WorkHandle enqueue(Op&& op, OpOptions options, const CallSite& caller);
   void post_job(std::function<void()> job);
   void worker_loop();
   void run_task(Task& task);

@@ -53,7 +53,7 @@ trace::Dims dims_of(const BufferView& b) {
 }  // namespace
 
 void fill_record(const Op& op, const std::shared_ptr<const trace::CommInfo>& comm,
-                 const std::source_location& caller, trace::OpRecord& rec) {
+                 const CallSite& caller, trace::OpRecord& rec) {
   const trace::OpKindInfo& info = trace::op_info(op.kind);
   const int group_size = static_cast<int>(comm->global_ranks.size());
   const int rank = comm->rank;
@@ -83,13 +83,13 @@ void fill_record(const Op& op, const std::shared_ptr<const trace::CommInfo>& com
   [[gnu::tls_model("initial-exec")]] thread_local const uint64_t thread_hash =
       std::hash<std::thread::id>{}(std::this_thread::get_id());
   rec.thread_id = thread_hash;
-  rec.caller_file = caller.file_name();
-  rec.caller_line = caller.line();
+  rec.caller_file = caller.file;
+  rec.caller_line = caller.line;
   rec.stack = trace::capture_op_stack();
 }
 
 trace::OpRecord make_record(const Op& op, std::shared_ptr<const trace::CommInfo> comm,
-                            const std::source_location& caller) {
+                            const CallSite& caller) {
   trace::OpRecord rec;
   fill_record(op, comm, caller, rec);
   return rec;

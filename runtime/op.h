@@ -12,6 +12,7 @@
 #include "../trace/op_kind.h"
 #include "../trace/op_record.h"
 #include "buffer.h"
+#include "call_site.h"
 #include "collectives/algorithm.h"
 #include "reduce_op.h"
 
@@ -66,9 +67,9 @@ uint64_t message_bytes(const Op& op, int group_size, int rank);
 // reduce op, counts, shapes, bytes, root or peer, timeout, the caller's scope and thread. The
 // communicator adds sequence numbers, channels and times. In place: a record is 448 bytes.
 void fill_record(const Op& op, const std::shared_ptr<const trace::CommInfo>& comm,
-                 const std::source_location& caller, trace::OpRecord& rec);
+                 const CallSite& caller, trace::OpRecord& rec);
 // fill_record() into a new record.
 trace::OpRecord make_record(const Op& op, std::shared_ptr<const trace::CommInfo> comm,
-                            const std::source_location& caller);
+                            const CallSite& caller);
 
 }  // namespace meshrt

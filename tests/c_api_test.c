@@ -216,6 +216,7 @@ static void mistakes(meshrt_comm* world, int r) {
   expect_status(r, meshrt_comm_rank(NULL, &x), MESHRT_ERR_INVALID_ARGUMENT, "NULL comm");
   expect_error_mentions(r, "meshrt_comm_rank: comm is NULL", "NULL comm's message");
   expect_status(r, meshrt_scope_pop(), MESHRT_ERR_INVALID_ARGUMENT, "pop without push");
+  expect_status(r, meshrt_call_site(NULL, 1), MESHRT_ERR_INVALID_ARGUMENT, "NULL call site");
   expect_status(r, meshrt_scope_push("x", (meshrt_phase)9), MESHRT_ERR_INVALID_ARGUMENT,
                 "bad phase");
 }
