@@ -1178,6 +1178,23 @@ TEST_F(AnalyzerTest, OpsWhoseOwnSizesCannotFit) {
   }
 }
 
+// meshrt records an op of no elements with shapes [] (as a barrier's): an empty all_gather or
+// reduce_scatter fits its own sizes, and is no finding (a CI post-mortem once named them as the
+// root cause of a hang elsewhere).
+TEST_F(AnalyzerTest, EmptyOpsFitTheirOwnSizes) {
+  FrJob job = world_job(4);
+  for (const char* type : {"all_gather", "reduce_scatter"}) {
+    for (int r = 0; r < 4; ++r) {
+      testing::FrEntry& e = job.call(r, "world", type, 1, "completed");
+      e.input_sizes = {{}};
+      e.output_sizes = {{}};
+    }
+  }
+  job.write(dir_);
+  const Report report = analyze();
+  EXPECT_TRUE(report.findings.empty()) << describe(report);
+}
+
 // Rank 2 describes the tp group as another one: the dumps cannot be matched, exit 2.
 TEST_F(AnalyzerTest, GroupDescribedDifferentlyAcrossRanksIsRefused) {
   FrJob job = world_job(3);

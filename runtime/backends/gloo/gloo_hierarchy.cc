@@ -1,6 +1,7 @@
 #include "runtime/backends/gloo/gloo_hierarchy.h"
 
 #include <fmt/format.h>
+#include <gloo/barrier.h>
 #include <gloo/context.h>
 
 #include "runtime/backends/gloo/gloo_setup.h"
@@ -11,6 +12,16 @@ namespace {
 
 // Slots of the setup collectives (after ShmGroup's, before the communicator's first op).
 constexpr uint32_t kSetupTag = 0x48495200;  // "HIR\0"
+
+// One side of a pair can finish connecting before the other: a rank that then dropped the
+// communicator at once (a short-lived split) would close a connection its peer still sets up
+// ("Connection closed by peer" there). A barrier returns once every member is connected.
+void barrier(const std::shared_ptr<gloo::Context>& context, std::chrono::milliseconds timeout) {
+  gloo::BarrierOptions o(context);
+  o.setTag(kSetupTag + 2);
+  o.setTimeout(timeout);
+  gloo::barrier(o);
+}
 
 }  // namespace
 
@@ -31,6 +42,7 @@ std::unique_ptr<GlooHierarchy> GlooHierarchy::create(const std::shared_ptr<gloo:
   std::string why_not;
   if (local_size > 1) {
     h->local_context_ = connect(fmt::format("{}/host{}", key, host), local_rank, local_size);
+    barrier(h->local_context_, timeout);
     h->local_ = ShmGroup::create(h->local_context_, slot_bytes, timeout, why_not);
   }
   const bool ready = local_size == 1 || h->local_ != nullptr;
@@ -46,6 +58,7 @@ std::unique_ptr<GlooHierarchy> GlooHierarchy::create(const std::shared_ptr<gloo:
   // where every host holds as many ranks.
   if (local_rank == 0 || layout.uniform()) {
     h->rail_context_ = connect(fmt::format("{}/rail{}", key, local_rank), host, layout.hosts());
+    barrier(h->rail_context_, timeout);
     h->rail_ = std::make_unique<GlooPairChannel>(h->rail_context_);
   }
   log().info("gloo '{}': {} ranks on {} hosts: hierarchical collectives", key, ids.size(),
