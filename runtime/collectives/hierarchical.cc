@@ -22,39 +22,28 @@ constexpr size_t kLeadersRingMinBytes = size_t{64} << 10;
 
 using Clock = std::chrono::steady_clock;
 
-// Where each group rank's block sits when the blocks are laid out host by host.
-struct HostOrder {
-  std::vector<size_t> offsets;  // By host: its first block's index.
-  std::vector<size_t> counts;   // By host: its blocks.
-  bool is_group_order = true;   // Host order equals group order (hosts hold consecutive ranks).
-
-  explicit HostOrder(const HostLayout& layout) {
-    size_t next = 0;
-    for (const auto& ranks : layout.ranks) {
-      offsets.push_back(next);
-      counts.push_back(ranks.size());
-      for (const int q : ranks) is_group_order = is_group_order && q == static_cast<int>(next++);
-    }
-  }
-  // The blocks of `per_rank` elements each, by host.
-  std::vector<size_t> scaled(const std::vector<size_t>& v, size_t per_rank) const {
-    std::vector<size_t> out(v.size());
-    for (size_t h = 0; h < v.size(); ++h) out[h] = v[h] * per_rank;
-    return out;
-  }
-};
-
 // Copies blocks of `block_bytes` between group order and host order.
-void permute(const HostLayout& layout, const HostOrder& order, const char* from, char* to,
-             size_t block_bytes, bool to_host_order) {
+void permute(const HostLayout& layout, const char* from, char* to, size_t block_bytes,
+             bool to_host_order) {
   for (int h = 0; h < layout.hosts(); ++h) {
     for (size_t i = 0; i < layout.ranks[h].size(); ++i) {
       const size_t group = static_cast<size_t>(layout.ranks[h][i]) * block_bytes;
-      const size_t host = (order.offsets[h] + i) * block_bytes;
+      const size_t host = (layout.first_block[h] + i) * block_bytes;
       std::memcpy(to + (to_host_order ? host : group), from + (to_host_order ? group : host),
                   block_bytes);
     }
   }
+}
+
+// The hosts' blocks of `per_rank` elements per rank, laid out host by host, for the leaders.
+Blocks leaders_blocks(const HostLayout& layout, size_t per_rank, HierarchicalScratch& scratch) {
+  scratch.block_offsets.resize(layout.ranks.size());
+  scratch.block_counts.resize(layout.ranks.size());
+  for (size_t h = 0; h < layout.ranks.size(); ++h) {
+    scratch.block_offsets[h] = layout.first_block[h] * per_rank;
+    scratch.block_counts[h] = layout.ranks[h].size() * per_rank;
+  }
+  return {scratch.block_offsets, scratch.block_counts};
 }
 
 char* bytes_of(const BufferView& b) { return static_cast<char*>(b.data); }
@@ -186,19 +175,18 @@ void broadcast(const Op& op, const HostTransports& t, const SlotStamp& stamp, ui
 void all_gather(const Op& op, const HostTransports& t, const SlotStamp& stamp, uint64_t tag,
                 Clock::time_point deadline, HierarchicalScratch& scratch) {
   const HostLayout& layout = *t.layout;
-  const HostOrder order(layout);
   const size_t count = op.input.count;
   const size_t block_bytes = op.input.bytes();
   const int host = layout.host_of[t.rank];
   // The leader gathers its host's blocks where the host order puts them, then the leaders swap
   // whole hosts' blocks; in group order that is the output itself.
   char* by_host = bytes_of(op.output);
-  if (!order.is_group_order && t.leaders) {
+  if (!layout.host_order_is_group_order && t.leaders) {
     scratch.by_host.resize(op.output.bytes());
     by_host = scratch.by_host.data();
   }
-  const BufferView host_blocks{by_host + order.offsets[host] * block_bytes,
-                               order.counts[host] * count,
+  const BufferView host_blocks{by_host + layout.first_block[host] * block_bytes,
+                               layout.ranks[host].size() * count,
                                op.input.dtype,
                                op.input.device,
                                {}};
@@ -208,12 +196,10 @@ void all_gather(const Op& op, const HostTransports& t, const SlotStamp& stamp, u
     std::memmove(host_blocks.data, op.input.data, block_bytes);
   }
   if (t.leaders) {
-    const std::vector<size_t> offsets = order.scaled(order.offsets, count);
-    const std::vector<size_t> counts = order.scaled(order.counts, count);
-    all_gather_ring_in_place(by_host, op.input.dtype, Blocks{offsets, counts}, *t.leaders, tag,
-                             deadline);
-    if (!order.is_group_order) {
-      permute(layout, order, by_host, bytes_of(op.output), block_bytes, false);
+    all_gather_ring_in_place(by_host, op.input.dtype, leaders_blocks(layout, count, scratch),
+                             *t.leaders, tag, deadline);
+    if (!layout.host_order_is_group_order) {
+      permute(layout, by_host, bytes_of(op.output), block_bytes, false);
     }
   }
   local_step(sub_op(OpKind::kBroadcast, op.output, op.output), t, stamp, deadline);
@@ -222,7 +208,6 @@ void all_gather(const Op& op, const HostTransports& t, const SlotStamp& stamp, u
 void reduce_scatter(const Op& op, const HostTransports& t, const SlotStamp& stamp, uint64_t tag,
                     Clock::time_point deadline, HierarchicalScratch& scratch) {
   const HostLayout& layout = *t.layout;
-  const HostOrder order(layout);
   const ReduceOp reduce_op = summing(op.reduce_op);
   const size_t count = op.output.count;
   const size_t block_bytes = op.output.bytes();
@@ -235,7 +220,7 @@ void reduce_scatter(const Op& op, const HostTransports& t, const SlotStamp& stam
     scratch.by_host.resize(op.input.bytes());
     by_host = scratch.by_host.data();
     folded = by_host;
-    if (!order.is_group_order) {
+    if (!layout.host_order_is_group_order) {
       scratch.result.resize(op.input.bytes());
       folded = scratch.result.data();
     }
@@ -247,17 +232,16 @@ void reduce_scatter(const Op& op, const HostTransports& t, const SlotStamp& stam
     std::memcpy(folded, op.input.data, op.input.bytes());
   }
   if (t.leaders) {
-    if (!order.is_group_order) permute(layout, order, folded, by_host, block_bytes, true);
-    const std::vector<size_t> offsets = order.scaled(order.offsets, count);
-    const std::vector<size_t> counts = order.scaled(order.counts, count);
-    reduce_scatter_ring_in_place(by_host, op.input.dtype, reduce_op, Blocks{offsets, counts},
-                                 *t.leaders, tag, deadline, scratch.pairs);
+    if (!layout.host_order_is_group_order) permute(layout, folded, by_host, block_bytes, true);
+    reduce_scatter_ring_in_place(by_host, op.input.dtype, reduce_op,
+                                 leaders_blocks(layout, count, scratch), *t.leaders, tag, deadline,
+                                 scratch.pairs);
   }
   // The leader holds its host's blocks, reduced over every host: it scatters them.
-  const size_t first = order.offsets[host] * block_bytes;
+  const size_t first = layout.first_block[host] * block_bytes;
   if (t.local) {
     const BufferView host_blocks{by_host == nullptr ? nullptr : by_host + first,
-                                 order.counts[host] * count,
+                                 layout.ranks[host].size() * count,
                                  op.output.dtype,
                                  op.output.device,
                                  {}};
@@ -283,6 +267,13 @@ HostLayout HostLayout::from_host_ids(std::span<const uint64_t> host_ids) {
     layout.host_of.push_back(h);
     layout.local_rank_of.push_back(static_cast<int>(layout.ranks[h].size()));
     layout.ranks[h].push_back(static_cast<int>(q));
+  }
+  size_t next = 0;
+  for (const auto& ranks : layout.ranks) {
+    layout.first_block.push_back(next);
+    for (const int q : ranks) {
+      layout.host_order_is_group_order &= q == static_cast<int>(next++);
+    }
   }
   return layout;
 }

@@ -22,6 +22,10 @@ struct HostLayout {
   std::vector<int> host_of;             // By group rank: its host.
   std::vector<int> local_rank_of;       // By group rank: its place among its host's ranks.
   std::vector<std::vector<int>> ranks;  // By host: its group ranks, ascending; ranks[h][0] leads.
+  // Laid out host by host (all_gather's and reduce_scatter's leaders), the index of each host's
+  // first block; and whether that is group order (every host holds consecutive ranks).
+  std::vector<size_t> first_block;
+  bool host_order_is_group_order = true;
 
   // The layout of a group whose rank q reported `host_ids[q]`; 0 (an unknown host) shares with no
   // one.
@@ -61,6 +65,8 @@ bool runs_hierarchically(OpKind kind);
 struct HierarchicalScratch {
   std::vector<char> by_host;  // The group's blocks in host order (all_gather, reduce_scatter).
   std::vector<char> result;   // A reduce's result on ranks other than the root.
+  std::vector<size_t> block_offsets;  // The leaders' blocks (Blocks), by host.
+  std::vector<size_t> block_counts;
   PairScratch pairs;
 };
 

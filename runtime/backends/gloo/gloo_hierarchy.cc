@@ -33,7 +33,6 @@ std::unique_ptr<GlooHierarchy> GlooHierarchy::create(const std::shared_ptr<gloo:
   std::unique_ptr<GlooHierarchy> h(new GlooHierarchy());
   h->layout_ = HostLayout::from_host_ids(ids);
   h->rank_ = context->rank;
-  h->stripe_min_bytes_ = stripe_min_bytes;
   const HostLayout& layout = h->layout_;
   if (!layout.worth_a_hierarchy()) return nullptr;
   const int host = layout.host_of[h->rank_];
@@ -61,6 +60,12 @@ std::unique_ptr<GlooHierarchy> GlooHierarchy::create(const std::shared_ptr<gloo:
     barrier(h->rail_context_, timeout);
     h->rail_ = std::make_unique<GlooPairChannel>(h->rail_context_);
   }
+  h->transports_ = {&h->layout_,
+                    h->rank_,
+                    h->local_.get(),
+                    local_rank == 0 ? h->rail_.get() : nullptr,
+                    layout.uniform() ? h->rail_.get() : nullptr,
+                    stripe_min_bytes};
   log().info("gloo '{}': {} ranks on {} hosts: hierarchical collectives", key, ids.size(),
              layout.hosts());
   return h;

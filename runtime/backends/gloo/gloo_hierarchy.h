@@ -37,16 +37,7 @@ class GlooHierarchy {
                                                std::chrono::milliseconds timeout);
 
   // This rank's transports; valid while this object lives.
-  HostTransports transports() {
-    const bool leads = layout_.local_rank_of[rank_] == 0;
-    return {&layout_,
-            rank_,
-            local_.get(),
-            leads ? rail_.get() : nullptr,
-            layout_.uniform() ? rail_.get() : nullptr,
-            stripe_min_bytes_};
-  }
-  const HostLayout& layout() const { return layout_; }
+  const HostTransports& transports() const { return transports_; }
   // The members' global ranks, by group rank: the host segment's errors name peers by them.
   void set_global_ranks(const std::vector<int>& global_ranks);
   // Makes a local exchange in progress (and every later one) throw Error(kAborted).
@@ -60,12 +51,12 @@ class GlooHierarchy {
 
   HostLayout layout_;
   int rank_ = 0;
-  size_t stripe_min_bytes_ = 0;
   std::shared_ptr<gloo::Context> local_context_;  // This host's ranks; null when alone.
   std::unique_ptr<ShmGroup> local_;               // Over local_context_.
   // This rank's rail; null on non-leaders where hosts hold different numbers of ranks.
   std::shared_ptr<gloo::Context> rail_context_;
   std::unique_ptr<GlooPairChannel> rail_;  // Over rail_context_.
+  HostTransports transports_;              // Over the members above.
 };
 
 }  // namespace meshrt
