@@ -121,6 +121,7 @@ double reduced(const CheckSpec& s, size_t k) {
     switch (s.redop) {
       case ReduceOp::kSum:
       case ReduceOp::kAvg:
+      case ReduceOp::kCustom:  // meshrt-bench -o custom: a Reducer that sums.
         acc += v;
         break;
       case ReduceOp::kProd:

@@ -28,7 +28,7 @@ gbench() {
   if ! timeout 120 "$bin" --benchmark_filter="$2" --benchmark_min_time=0.01 \
     > "$OUT/$1.out" 2>&1; then
     fail "$1 exited with status $?"
-    tail -20 "$OUT/$1.out" >&2
+    tail -n 20 "$OUT/$1.out" >&2
     return
   fi
   grep -q '^BM_' "$OUT/$1.out" || fail "$1 ran no benchmark for '$2'"
@@ -51,7 +51,7 @@ if ! timeout 240 bash "$SRC/bench/compare.sh" "$BUILD" -r 1 -w 2 -t 100 $torch_f
   -- --ops all_reduce,all_gather,broadcast,reduce_scatter --lat-iters 20 --lat-warmup 2 \
   --big-bytes 65536 --big-iters 3 --big-warmup 1 > "$OUT/compare.out" 2>&1; then
   fail "compare.sh exited with status $?"
-  tail -20 "$OUT/compare.out" >&2
+  tail -n 20 "$OUT/compare.out" >&2
 fi
 results=$OUT/cmp/results.jsonl
 ok=$(grep -c '"check": "ok"' "$results" 2> /dev/null || true)
@@ -95,7 +95,7 @@ if timeout 60 "$BUILD/meshrun" --standalone --nproc-per-node 2 "$BUILD/bench/mes
   echo "bench_smoke: meshrt-bench gloo ok ($summary)"
 else
   fail "meshrt-bench over gloo: ${summary:-exited with an error}"
-  tail -20 "$OUT/mb_gloo.out" >&2
+  tail -n 20 "$OUT/mb_gloo.out" >&2
 fi
 # Uneven all_to_all through the slots and through Gloo's alltoallv (its two sides), results checked.
 for algo in "" all_to_all=library; do
@@ -103,7 +103,7 @@ for algo in "" all_to_all=library; do
     "$BUILD/bench/uneven_a2a_bench" 4 5 2 2>&1) && grep -q "uneven_a2a ranks 2" <<<"$out"; then
     echo "bench_smoke: uneven_a2a_bench ${algo:-slots} ok"
   else
-    fail "uneven_a2a_bench ${algo:-slots}: $(tail -5 <<<"$out")"
+    fail "uneven_a2a_bench ${algo:-slots}: $(tail -n 5 <<<"$out")"
   fi
 done
 # The raw-Gloo and PyTorch sides of bench/meshrt_bench_compare.sh, on the four ops they share.
@@ -114,7 +114,7 @@ if timeout 60 "$BUILD/meshrun" --standalone --nproc-per-node 2 "$BUILD/bench/mes
   echo "bench_smoke: meshrt-bench --impl gloo ok ($summary)"
 else
   fail "meshrt-bench --impl gloo: ${summary:-exited with an error}"
-  tail -20 "$OUT/mb_raw.out" >&2
+  tail -n 20 "$OUT/mb_raw.out" >&2
 fi
 if [ -z "$torch_flag" ]; then
   port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -131,7 +131,7 @@ if [ -z "$torch_flag" ]; then
     echo "bench_smoke: torch_meshrt_bench.py ok (24 rows checked)"
   else
     fail "torch_meshrt_bench.py"
-    tail -20 "$OUT/tm.0.out" "$OUT/tm.1.out" >&2
+    tail -n 20 "$OUT/tm.0.out" "$OUT/tm.1.out" >&2
   fi
 fi
 if timeout 60 "$BUILD/bench/meshrt-bench" --inproc 2 --mesh 1x2 --dim-names dp,tp --dim tp \
@@ -140,7 +140,16 @@ if timeout 60 "$BUILD/bench/meshrt-bench" --inproc 2 --mesh 1x2 --dim-names dp,t
   echo "bench_smoke: meshrt-bench inproc mesh dim ok ($summary)"
 else
   fail "meshrt-bench in-process: ${summary:-exited with an error}"
-  tail -20 "$OUT/mb_inproc.out" >&2
+  tail -n 20 "$OUT/mb_inproc.out" >&2
+fi
+# custom_reducer_compare.sh: one round of a Reducer against the built-in sum, results checked.
+if timeout 120 bash "$SRC/bench/custom_reducer_compare.sh" "$BUILD" -r 1 -e 4K \
+  > "$OUT/custom.out" 2>&1 &&
+  [ "$(grep -c '^all_reduce\|^reduce_scatter' "$OUT/custom.out")" -eq 8 ]; then
+  echo "bench_smoke: custom_reducer_compare.sh ok (8 ratios)"
+else
+  fail "custom_reducer_compare.sh"
+  tail -n 20 "$OUT/custom.out" >&2
 fi
 
 # store_ops_bench and torch_store_bench.py (bench/store_compare.sh's two sides): a moment each.
@@ -152,7 +161,7 @@ for side in "$BUILD/bench/store_ops_bench" "$BUILD/bench/store_ops_bench --echo"
     echo "bench_smoke: ${side##*/} ok"
   else
     fail "${side##*/}"
-    tail -5 "$OUT/store.out" >&2
+    tail -n 5 "$OUT/store.out" >&2
   fi
 done
 
@@ -164,7 +173,7 @@ if [ -x "$BUILD/bench/mpi_bench" ] && command -v mpirun > /dev/null; then
     echo "bench_smoke: mpi_bench ok"
   else
     fail "mpi_bench"
-    tail -20 "$OUT/mpi.out" >&2
+    tail -n 20 "$OUT/mpi.out" >&2
   fi
 fi
 

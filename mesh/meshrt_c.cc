@@ -12,7 +12,9 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -20,6 +22,7 @@
 
 #include "mesh/meshrt.h"
 #include "meshrt_config.h"
+#include "trace/comm_logger.h"
 
 struct meshrt_comm {
   std::shared_ptr<meshrt::Communicator> comm;
@@ -29,6 +32,9 @@ struct meshrt_mesh {
 };
 struct meshrt_work {
   meshrt::WorkHandle work;
+};
+struct meshrt_reducer {
+  std::shared_ptr<const meshrt::Reducer> reducer;
 };
 
 namespace {
@@ -106,6 +112,45 @@ meshrt::ReduceOp reduce_op_of(meshrt_reduce_op r, const char* call) {
 // A view of caller memory; inputs are only read, though views are not const.
 meshrt::BufferView view_of(const void* data, size_t count, meshrt_dtype dtype, const char* call) {
   return meshrt::view(const_cast<void*>(data), count, dtype_of(dtype, call));
+}
+
+std::shared_ptr<const meshrt::Reducer> make_reducer(const char* name, size_t element_bytes,
+                                                    meshrt_reduce_fn fn, void* user,
+                                                    std::optional<meshrt::DType> dtype,
+                                                    const char* call) {
+  need(fn, call, "fn");
+  return meshrt::Reducer::create(
+      &need(name, call, "name"), element_bytes,
+      [fn, user](const void* in, void* inout, size_t count) { fn(in, inout, count, user); }, dtype);
+}
+
+// A view of `count` elements of what `r` folds: its dtype's, or its opaque records.
+meshrt::BufferView custom_view(const void* data, size_t count, const meshrt::Reducer& r) {
+  void* p = const_cast<void*>(data);
+  return r.dtype() ? meshrt::view(p, count, *r.dtype())
+                   : meshrt::records(p, count, r.element_bytes());
+}
+
+// A v-collective's blocks from C: size entries of counts, and of offsets unless NULL; and the
+// elements of the whole buffer they cut (the end of the furthest block, saturating: validation
+// refuses what overflows).
+struct CBlocks {
+  std::span<const size_t> counts;
+  std::span<const size_t> offsets;
+  size_t whole = 0;
+};
+
+CBlocks blocks_of(const size_t* counts, const size_t* offsets, int size, const char* call) {
+  const size_t n = static_cast<size_t>(size);
+  CBlocks b{{&need(counts, call, "counts"), n}, {}, 0};
+  if (offsets != nullptr) b.offsets = {offsets, n};
+  size_t next = 0;
+  for (size_t q = 0; q < n; ++q) {
+    const size_t start = offsets != nullptr ? offsets[q] : next;
+    if (__builtin_add_overflow(start, counts[q], &next)) next = SIZE_MAX;
+    b.whole = std::max(b.whole, next);
+  }
+  return b;
 }
 
 template <typename T, typename H>
@@ -255,6 +300,97 @@ meshrt_status meshrt_all_reduce(meshrt_comm* comm, void* data, size_t count, mes
   });
 }
 
+meshrt_status meshrt_reducer_create(const char* name, size_t element_bytes, meshrt_reduce_fn fn,
+                                    void* user, meshrt_reducer** reducer) {
+  const char* call = "meshrt_reducer_create";
+  return guarded(call, [&] {
+    need(reducer, call, "reducer");
+    release_into(reducer, make_reducer(name, element_bytes, fn, user, std::nullopt, call), call,
+                 "reducer");
+  });
+}
+
+meshrt_status meshrt_reducer_create_typed(const char* name, meshrt_dtype dtype, meshrt_reduce_fn fn,
+                                          void* user, meshrt_reducer** reducer) {
+  const char* call = "meshrt_reducer_create_typed";
+  return guarded(call, [&] {
+    need(reducer, call, "reducer");
+    const meshrt::DType d = dtype_of(dtype, call);
+    release_into(reducer, make_reducer(name, meshrt::dtype_size_bytes(d), fn, user, d, call), call,
+                 "reducer");
+  });
+}
+
+void meshrt_reducer_free(meshrt_reducer* reducer) {
+  std::unique_ptr<meshrt_reducer> owned(reducer);
+}
+
+meshrt_status meshrt_all_reduce_custom(meshrt_comm* comm, void* data, size_t count,
+                                       const meshrt_reducer* reducer, meshrt_work** work) {
+  const char* call = "meshrt_all_reduce_custom";
+  return submit(call, comm, work, [&](meshrt::Communicator& c, const meshrt::CallSite& at) {
+    const auto& r = need(reducer, call, "reducer").reducer;
+    return c.all_reduce(custom_view(data, count, *r), r, {}, at);
+  });
+}
+
+meshrt_status meshrt_reduce_custom(meshrt_comm* comm, void* data, size_t count,
+                                   const meshrt_reducer* reducer, int root, meshrt_work** work) {
+  const char* call = "meshrt_reduce_custom";
+  return submit(call, comm, work, [&](meshrt::Communicator& c, const meshrt::CallSite& at) {
+    const auto& r = need(reducer, call, "reducer").reducer;
+    return c.reduce(custom_view(data, count, *r), root, r, {}, at);
+  });
+}
+
+meshrt_status meshrt_reduce_scatter_custom(meshrt_comm* comm, const void* input, void* output,
+                                           size_t count, const meshrt_reducer* reducer,
+                                           meshrt_work** work) {
+  const char* call = "meshrt_reduce_scatter_custom";
+  return submit(call, comm, work, [&](meshrt::Communicator& c, const meshrt::CallSite& at) {
+    const auto& r = need(reducer, call, "reducer").reducer;
+    const size_t n = static_cast<size_t>(c.size());
+    return c.reduce_scatter(custom_view(input, count * n, *r), custom_view(output, count, *r), r,
+                            {}, at);
+  });
+}
+
+meshrt_status meshrt_all_gather_v(meshrt_comm* comm, const void* input, void* output,
+                                  const size_t* counts, const size_t* offsets, meshrt_dtype dtype,
+                                  meshrt_work** work) {
+  const char* call = "meshrt_all_gather_v";
+  return submit(call, comm, work, [&](meshrt::Communicator& c, const meshrt::CallSite& at) {
+    const CBlocks b = blocks_of(counts, offsets, c.size(), call);
+    return c.all_gather_v(view_of(input, b.counts[static_cast<size_t>(c.rank())], dtype, call),
+                          view_of(output, b.whole, dtype, call), b.counts, b.offsets, {}, at);
+  });
+}
+
+meshrt_status meshrt_reduce_scatter_v(meshrt_comm* comm, const void* input, void* output,
+                                      const size_t* counts, const size_t* offsets,
+                                      meshrt_dtype dtype, meshrt_reduce_op op, meshrt_work** work) {
+  const char* call = "meshrt_reduce_scatter_v";
+  return submit(call, comm, work, [&](meshrt::Communicator& c, const meshrt::CallSite& at) {
+    const CBlocks b = blocks_of(counts, offsets, c.size(), call);
+    return c.reduce_scatter_v(view_of(input, b.whole, dtype, call),
+                              view_of(output, b.counts[static_cast<size_t>(c.rank())], dtype, call),
+                              b.counts, b.offsets, reduce_op_of(op, call), {}, at);
+  });
+}
+
+meshrt_status meshrt_reduce_scatter_v_custom(meshrt_comm* comm, const void* input, void* output,
+                                             const size_t* counts, const size_t* offsets,
+                                             const meshrt_reducer* reducer, meshrt_work** work) {
+  const char* call = "meshrt_reduce_scatter_v_custom";
+  return submit(call, comm, work, [&](meshrt::Communicator& c, const meshrt::CallSite& at) {
+    const auto& r = need(reducer, call, "reducer").reducer;
+    const CBlocks b = blocks_of(counts, offsets, c.size(), call);
+    return c.reduce_scatter_v(custom_view(input, b.whole, *r),
+                              custom_view(output, b.counts[static_cast<size_t>(c.rank())], *r),
+                              b.counts, b.offsets, r, {}, at);
+  });
+}
+
 meshrt_status meshrt_broadcast(meshrt_comm* comm, void* data, size_t count, meshrt_dtype dtype,
                                int root, meshrt_work** work) {
   const char* call = "meshrt_broadcast";
@@ -358,6 +494,50 @@ meshrt_status meshrt_recv(meshrt_comm* comm, void* data, size_t count, meshrt_dt
   const char* call = "meshrt_recv";
   return submit(call, comm, work, [&](meshrt::Communicator& c, const meshrt::CallSite& at) {
     return c.recv(view_of(data, count, dtype, call), peer, tag, {}, at);
+  });
+}
+
+meshrt_status meshrt_comms_log_start(void) {
+  return guarded("meshrt_comms_log_start", [] {
+    meshrt::trace::CommLogger& logger = meshrt::trace::CommLogger::instance();
+    meshrt::trace::CommLoggerOptions options = logger.options();
+    if (!options.enabled) {
+      options.enabled = true;
+      logger.configure(std::move(options));
+    }
+    logger.start();
+  });
+}
+
+meshrt_status meshrt_comms_log_stop(void) {
+  return guarded("meshrt_comms_log_stop", [] { meshrt::trace::CommLogger::instance().stop(); });
+}
+
+meshrt_status meshrt_comms_log_reset(void) {
+  return guarded("meshrt_comms_log_reset", [] { meshrt::trace::CommLogger::instance().reset(); });
+}
+
+meshrt_status meshrt_comms_summary(const meshrt_comm* comm, meshrt_summary_format format, char* buf,
+                                   size_t buf_bytes, size_t* length) {
+  const char* call = "meshrt_comms_summary";
+  return guarded(call, [&] {
+    const int rank = need(comm, call, "comm").comm->global_rank();
+    const meshrt::trace::CommLogger& logger = meshrt::trace::CommLogger::instance();
+    std::string text;
+    if (format == MESHRT_SUMMARY_TEXT) {
+      text = logger.summary_table(rank);
+    } else if (format == MESHRT_SUMMARY_JSON) {
+      text = logger.summary_json(rank);
+    } else {
+      throw invalid(
+          call, fmt::format("format {} is not a meshrt_summary_format", static_cast<int>(format)));
+    }
+    if (buf == nullptr && buf_bytes != 0) throw invalid(call, "buf is NULL but buf_bytes is not 0");
+    if (length != nullptr) *length = text.size();
+    if (buf_bytes == 0) return;
+    const size_t n = std::min(text.size(), buf_bytes - 1);
+    std::memcpy(buf, text.data(), n);
+    buf[n] = '\0';
   });
 }
 

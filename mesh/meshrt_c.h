@@ -58,6 +58,17 @@ typedef enum meshrt_reduce_op {
   MESHRT_AVG = 4
 } meshrt_reduce_op;
 
+/* A user-defined reduction's function (MPI_Op_create's user function): it sets
+ * inout[i] = in[i] (op) inout[i] for `count` elements and must be associative and commutative
+ * (algorithms fold in any order). It may run on a meshrt thread, several ops' at once. */
+typedef void (*meshrt_reduce_fn)(const void* in, void* inout, size_t count, void* user);
+
+/* The comm logger summary's form: an aligned text table, or one JSON object. */
+typedef enum meshrt_summary_format {
+  MESHRT_SUMMARY_TEXT = 0,
+  MESHRT_SUMMARY_JSON = 1
+} meshrt_summary_format;
+
 /* A user scope's training phase (trace::Phase); INHERIT takes the enclosing scope's. */
 typedef enum meshrt_phase {
   MESHRT_PHASE_INHERIT = 0,
@@ -73,6 +84,8 @@ typedef struct meshrt_comm meshrt_comm;
 typedef struct meshrt_mesh meshrt_mesh;
 /* One op in flight. Free with meshrt_work_free, after which the op still runs to completion. */
 typedef struct meshrt_work meshrt_work;
+/* A user-defined reduction. Free with meshrt_reducer_free; ops in flight keep it alive. */
+typedef struct meshrt_reducer meshrt_reducer;
 
 /* "0.1.0": the library's version (not the header's). */
 const char* meshrt_version(void);
@@ -145,6 +158,19 @@ meshrt_status meshrt_all_to_all(meshrt_comm* comm, const void* input, void* outp
 meshrt_status meshrt_all_to_all_v(meshrt_comm* comm, const void* input, const size_t* input_counts,
                                   void* output, const size_t* output_counts, meshrt_dtype dtype,
                                   meshrt_work** work);
+/* all_gather with a block of its own size per rank (MPI_Allgatherv): rank q's counts[q] elements
+ * at its `input` land in `output` at element offsets[q] (offsets NULL: each block right after the
+ * one before). counts and offsets have size entries, equal on every rank; blocks never overlap.
+ * In place when `input` is this rank's block of `output` (MPI_IN_PLACE's form). */
+meshrt_status meshrt_all_gather_v(meshrt_comm* comm, const void* input, void* output,
+                                  const size_t* counts, const size_t* offsets, meshrt_dtype dtype,
+                                  meshrt_work** work);
+/* reduce_scatter with a block of its own size per rank: block q of `input` (counts[q] elements at
+ * offsets[q]; offsets NULL: one after the other), reduced over every rank, lands in `output`
+ * (counts[q] elements) of rank q. In place when `output` is this rank's block of `input`. */
+meshrt_status meshrt_reduce_scatter_v(meshrt_comm* comm, const void* input, void* output,
+                                      const size_t* counts, const size_t* offsets,
+                                      meshrt_dtype dtype, meshrt_reduce_op op, meshrt_work** work);
 /* Concatenates every rank's `count` elements into `output` on `root` (ignored elsewhere). */
 meshrt_status meshrt_gather(meshrt_comm* comm, const void* input, void* output, size_t count,
                             meshrt_dtype dtype, int root, meshrt_work** work);
@@ -159,6 +185,30 @@ meshrt_status meshrt_send(meshrt_comm* comm, const void* data, size_t count, mes
 /* Receives the next message of `tag` from `peer`; its size must be `count` elements. */
 meshrt_status meshrt_recv(meshrt_comm* comm, void* data, size_t count, meshrt_dtype dtype, int peer,
                           int tag, meshrt_work** work);
+
+/* A reduction by fn(in, inout, count, user) over opaque elements of `element_bytes` (a histogram
+ * bin, a value-and-index pair), named `name` in records, dumps and mismatch reports. It folds
+ * in all_reduce, reduce and reduce_scatter on every CPU backend (NCCL refuses it). */
+meshrt_status meshrt_reducer_create(const char* name, size_t element_bytes, meshrt_reduce_fn fn,
+                                    void* user, meshrt_reducer** reducer);
+/* As meshrt_reducer_create, over elements of `dtype` (a Kahan sum of float64, say): its ops'
+ * buffers are of that dtype, and records name it. */
+meshrt_status meshrt_reducer_create_typed(const char* name, meshrt_dtype dtype, meshrt_reduce_fn fn,
+                                          void* user, meshrt_reducer** reducer);
+void meshrt_reducer_free(meshrt_reducer* reducer);
+
+/* all_reduce, reduce and reduce_scatter by `reducer`: `count` counts its elements. */
+meshrt_status meshrt_all_reduce_custom(meshrt_comm* comm, void* data, size_t count,
+                                       const meshrt_reducer* reducer, meshrt_work** work);
+meshrt_status meshrt_reduce_custom(meshrt_comm* comm, void* data, size_t count,
+                                   const meshrt_reducer* reducer, int root, meshrt_work** work);
+meshrt_status meshrt_reduce_scatter_custom(meshrt_comm* comm, const void* input, void* output,
+                                           size_t count, const meshrt_reducer* reducer,
+                                           meshrt_work** work);
+/* reduce_scatter_v by `reducer`: counts and offsets count its elements. */
+meshrt_status meshrt_reduce_scatter_v_custom(meshrt_comm* comm, const void* input, void* output,
+                                             const size_t* counts, const size_t* offsets,
+                                             const meshrt_reducer* reducer, meshrt_work** work);
 
 /* The file and line that the next op called on this thread records as its call site (in records,
  * dumps and the analyzer's verdicts), instead of the op's own name: the macros below pass each
@@ -182,6 +232,19 @@ meshrt_status meshrt_scope_pop(void);
 /* Writes this process's flight-recorder dump now (where MESHRT_DUMP_PREFIX says). */
 meshrt_status meshrt_dump_flight_recorder(void);
 
+/* The comm logger (DeepSpeed's comms logger, per mesh dim): start recording every op's latency,
+ * size and bandwidth in this process (as MESHRT_COMMS_LOG=1, which also prints each rank's table
+ * at exit), stop recording (what was recorded stays), or drop what was recorded. */
+meshrt_status meshrt_comms_log_start(void);
+meshrt_status meshrt_comms_log_stop(void);
+meshrt_status meshrt_comms_log_reset(void);
+/* The summary of the ops this rank (comm's global rank) ran while recording, per mesh dim, op and
+ * message size: count, mean bytes, latency mean/p50/p99, algbw and busbw. Written as snprintf
+ * does: at most `buf_bytes` bytes with the terminating NUL (buf may be NULL when buf_bytes is 0);
+ * *length (if not NULL) receives the whole summary's length without the NUL. */
+meshrt_status meshrt_comms_summary(const meshrt_comm* comm, meshrt_summary_format format, char* buf,
+                                   size_t buf_bytes, size_t* length);
+
 /* Every op called through these macros records its caller's file and line (define
  * MESHRT_NO_CALL_SITE_MACROS to call the functions plainly; `(meshrt_all_reduce)(...)` also does).
  */
@@ -192,6 +255,14 @@ meshrt_status meshrt_dump_flight_recorder(void);
 #define meshrt_reduce(...) MESHRT_AT_CALLER_(meshrt_reduce, __VA_ARGS__)
 #define meshrt_all_gather(...) MESHRT_AT_CALLER_(meshrt_all_gather, __VA_ARGS__)
 #define meshrt_reduce_scatter(...) MESHRT_AT_CALLER_(meshrt_reduce_scatter, __VA_ARGS__)
+#define meshrt_all_reduce_custom(...) MESHRT_AT_CALLER_(meshrt_all_reduce_custom, __VA_ARGS__)
+#define meshrt_reduce_custom(...) MESHRT_AT_CALLER_(meshrt_reduce_custom, __VA_ARGS__)
+#define meshrt_reduce_scatter_custom(...) \
+  MESHRT_AT_CALLER_(meshrt_reduce_scatter_custom, __VA_ARGS__)
+#define meshrt_all_gather_v(...) MESHRT_AT_CALLER_(meshrt_all_gather_v, __VA_ARGS__)
+#define meshrt_reduce_scatter_v(...) MESHRT_AT_CALLER_(meshrt_reduce_scatter_v, __VA_ARGS__)
+#define meshrt_reduce_scatter_v_custom(...) \
+  MESHRT_AT_CALLER_(meshrt_reduce_scatter_v_custom, __VA_ARGS__)
 #define meshrt_all_to_all(...) MESHRT_AT_CALLER_(meshrt_all_to_all, __VA_ARGS__)
 #define meshrt_all_to_all_v(...) MESHRT_AT_CALLER_(meshrt_all_to_all_v, __VA_ARGS__)
 #define meshrt_gather(...) MESHRT_AT_CALLER_(meshrt_gather, __VA_ARGS__)

@@ -67,13 +67,22 @@ struct BufferView {
   DType dtype = DType::kF32;  // Element type.
   Device device;              // Where `data` lives.
   Shape shape;                // Optional, for traces; when set, its numel() must equal count.
+  // Opaque records (records()): when non-zero, the size of one element in bytes, and `dtype` is
+  // kU8. Only custom reductions (reduce_op.h's Reducer) take them; other ops move bytes (kU8).
+  size_t record_bytes = 0;
 
-  // Size of the viewed memory in bytes: count x the dtype's size.
-  size_t bytes() const { return count * dtype_size_bytes(dtype); }
-  // The elements [offset, offset + n) as a view of the same dtype and device (shape dropped). Not
+  // Size of one element in bytes: the record's, else the dtype's.
+  size_t element_bytes() const {
+    return record_bytes != 0 ? record_bytes : dtype_size_bytes(dtype);
+  }
+  // Size of the viewed memory in bytes: count x element_bytes().
+  size_t bytes() const { return count * element_bytes(); }
+  // `n` elements of this view's type and device at `at` (shape dropped).
+  BufferView retarget(void* at, size_t n) const { return {at, n, dtype, device, {}, record_bytes}; }
+  // The elements [offset, offset + n) as a view of the same type and device (shape dropped). Not
   // bounds-checked.
   BufferView slice(size_t offset, size_t n) const {
-    return {static_cast<char*>(data) + offset * dtype_size_bytes(dtype), n, dtype, device, {}};
+    return retarget(static_cast<char*>(data) + offset * element_bytes(), n);
   }
 };
 
@@ -87,6 +96,11 @@ BufferView view(std::span<T> s, Shape shape = {}) {
 // arena, a buffer from C or another language).
 inline BufferView view(void* data, size_t count, DType dtype, Shape shape = {}) {
   return {data, count, dtype, Device::cpu(), shape};
+}
+// A CPU view of `count` opaque records of `record_bytes` each at `data` (a histogram bin, a
+// value-and-index pair): what a custom reduction (reduce_op.h's Reducer) of that size folds.
+inline BufferView records(void* data, size_t count, size_t record_bytes) {
+  return {data, count, DType::kU8, Device::cpu(), {}, record_bytes};
 }
 // A CPU view of `count` elements at `data`; the dtype follows from T.
 template <typename T>

@@ -679,7 +679,13 @@ void Communicator::run_task(Task& task) {
   }
   work.mark_started();
   try {
+    if (op.reducer) take_reducer_failure();  // Left by an op of this thread that failed.
     backend_->run(op);
+    // The op ran to its end on every rank (its peers stay in step); only then does it fail.
+    if (op.reducer) {
+      if (auto failure = take_reducer_failure())
+        throw Error(ErrorCode::kInvalidArgument, {}, *failure);
+    }
     if (task.debug) task.debug->output = tensor_stats(op.output);
     work.mark_completed();
   } catch (const Error& e) {
@@ -703,12 +709,13 @@ void Communicator::fail(Work& work, Error error) {
   work.release();
 }
 
-WorkHandle Communicator::all_reduce(BufferView data, ReduceOp op, OpOptions options,
+WorkHandle Communicator::all_reduce(BufferView data, ReduceBy op, OpOptions options,
                                     CallSite caller) {
   Op o;
   o.kind = OpKind::kAllReduce;
   o.input = o.output = data;
-  o.reduce_op = op;
+  o.reduce_op = op.op;
+  o.reducer = std::move(op.reducer);
   return enqueue(std::move(o), options, caller);
 }
 
@@ -720,13 +727,14 @@ WorkHandle Communicator::broadcast(BufferView data, int root, OpOptions options,
   return enqueue(std::move(o), options, caller);
 }
 
-WorkHandle Communicator::reduce(BufferView data, int root, ReduceOp op, OpOptions options,
+WorkHandle Communicator::reduce(BufferView data, int root, ReduceBy op, OpOptions options,
                                 CallSite caller) {
   Op o;
   o.kind = OpKind::kReduce;
   o.input = o.output = data;
   o.root = root;
-  o.reduce_op = op;
+  o.reduce_op = op.op;
+  o.reducer = std::move(op.reducer);
   return enqueue(std::move(o), options, caller);
 }
 
@@ -739,13 +747,60 @@ WorkHandle Communicator::all_gather(BufferView input, BufferView output, OpOptio
   return enqueue(std::move(o), options, caller);
 }
 
-WorkHandle Communicator::reduce_scatter(BufferView input, BufferView output, ReduceOp op,
+WorkHandle Communicator::reduce_scatter(BufferView input, BufferView output, ReduceBy op,
                                         OpOptions options, CallSite caller) {
   Op o;
   o.kind = OpKind::kReduceScatter;
   o.input = input;
   o.output = output;
-  o.reduce_op = op;
+  o.reduce_op = op.op;
+  o.reducer = std::move(op.reducer);
+  return enqueue(std::move(o), options, caller);
+}
+
+namespace {
+
+// The v-collectives' blocks: the caller's counts, and its offsets or each block after the one
+// before. Validation checks them against the group and the buffers.
+void set_blocks(Op& o, std::span<const size_t> counts, std::span<const size_t> offsets) {
+  o.block_counts.assign(counts.begin(), counts.end());
+  if (!offsets.empty()) {
+    o.block_offsets.assign(offsets.begin(), offsets.end());
+    return;
+  }
+  o.block_offsets.resize(counts.size());
+  size_t next = 0;
+  for (size_t q = 0; q < counts.size(); ++q) {
+    o.block_offsets[q] = next;
+    next += counts[q];  // Wraps only on counts validation refuses as overflowing.
+  }
+}
+
+}  // namespace
+
+WorkHandle Communicator::all_gather_v(BufferView input, BufferView output,
+                                      std::span<const size_t> counts,
+                                      std::span<const size_t> offsets, OpOptions options,
+                                      CallSite caller) {
+  Op o;
+  o.kind = OpKind::kAllGatherV;
+  o.input = input;
+  o.output = output;
+  set_blocks(o, counts, offsets);
+  return enqueue(std::move(o), options, caller);
+}
+
+WorkHandle Communicator::reduce_scatter_v(BufferView input, BufferView output,
+                                          std::span<const size_t> counts,
+                                          std::span<const size_t> offsets, ReduceBy op,
+                                          OpOptions options, CallSite caller) {
+  Op o;
+  o.kind = OpKind::kReduceScatterV;
+  o.input = input;
+  o.output = output;
+  o.reduce_op = op.op;
+  o.reducer = std::move(op.reducer);
+  set_blocks(o, counts, offsets);
   return enqueue(std::move(o), options, caller);
 }
 

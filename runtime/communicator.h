@@ -147,14 +147,14 @@ class Communicator {
   // All ops enqueued so far: collective_seq() + p2p_seq().
   uint64_t op_seq() const;
 
-  // Reduces `data` across the group in place.
-  WorkHandle all_reduce(BufferView data, ReduceOp op = ReduceOp::kSum, OpOptions options = {},
+  // Reduces `data` across the group in place, by a built-in op or a Reducer (reduce_op.h).
+  WorkHandle all_reduce(BufferView data, ReduceBy op = ReduceOp::kSum, OpOptions options = {},
                         CallSite caller = std::source_location::current());
   // Copies `data` of rank `root` into `data` of every rank.
   WorkHandle broadcast(BufferView data, int root, OpOptions options = {},
                        CallSite caller = std::source_location::current());
   // Reduces `data` into `data` of rank `root`; other ranks' buffers are left unchanged.
-  WorkHandle reduce(BufferView data, int root, ReduceOp op = ReduceOp::kSum, OpOptions options = {},
+  WorkHandle reduce(BufferView data, int root, ReduceBy op = ReduceOp::kSum, OpOptions options = {},
                     CallSite caller = std::source_location::current());
   // Concatenates every rank's `input`, in rank order, into `output` (size() x input.count). In
   // place when `input` is block rank() of `output`; any other overlap is rejected.
@@ -162,7 +162,7 @@ class Communicator {
                         CallSite caller = std::source_location::current());
   // Reduces `input` (size() x output.count) and leaves block rank() of the result in `output`. In
   // place when `output` is block rank() of `input`; any other overlap is rejected.
-  WorkHandle reduce_scatter(BufferView input, BufferView output, ReduceOp op = ReduceOp::kSum,
+  WorkHandle reduce_scatter(BufferView input, BufferView output, ReduceBy op = ReduceOp::kSum,
                             OpOptions options = {},
                             CallSite caller = std::source_location::current());
   // Sends block j of `input` to rank j and receives rank j's block into block j of `output`; blocks
@@ -174,6 +174,21 @@ class Communicator {
   WorkHandle all_to_all(BufferView input, std::span<const size_t> input_splits, BufferView output,
                         std::span<const size_t> output_splits, OpOptions options = {},
                         CallSite caller = std::source_location::current());
+  // all_gather with a block of its own size per rank (MPI_Allgatherv): rank q's `input`
+  // (counts[q] elements) lands in `output` at element offsets[q]; no offsets: each block right
+  // after the one before. counts and offsets have size() entries, equal on every rank; blocks may
+  // be empty, never overlap. In place when `input` is this rank's block of `output`.
+  WorkHandle all_gather_v(BufferView input, BufferView output, std::span<const size_t> counts,
+                          std::span<const size_t> offsets = {}, OpOptions options = {},
+                          CallSite caller = std::source_location::current());
+  // reduce_scatter with a block of its own size per rank: block q of `input` (counts[q] elements
+  // at element offsets[q]; no offsets: one after the other), reduced over the group, lands in
+  // `output` of rank q (counts[q] elements). In place when `output` is this rank's block of
+  // `input`.
+  WorkHandle reduce_scatter_v(BufferView input, BufferView output, std::span<const size_t> counts,
+                              std::span<const size_t> offsets = {}, ReduceBy op = ReduceOp::kSum,
+                              OpOptions options = {},
+                              CallSite caller = std::source_location::current());
   // Concatenates every rank's `input` into `output` on rank `root` (ignored elsewhere).
   WorkHandle gather(BufferView input, BufferView output, int root, OpOptions options = {},
                     CallSite caller = std::source_location::current());

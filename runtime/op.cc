@@ -64,10 +64,12 @@ void fill_record(const Op& op, const std::shared_ptr<const trace::CommInfo>& com
   if (info.size != trace::SizeRule::kNone) {
     const BufferView& b = op.kind == OpKind::kBatchP2P ? op.p2p.front().buffer : op.input;
     // A scatter's non-root ranks pass no input: their output has the dtype.
-    rec.dtype =
-        dtype_name(op.kind == OpKind::kScatter && op.root != rank ? op.output.dtype : b.dtype);
+    rec.dtype = b.record_bytes != 0
+                    ? "opaque"
+                    : dtype_name(op.kind == OpKind::kScatter && op.root != rank ? op.output.dtype
+                                                                                : b.dtype);
   }
-  if (info.reduces) rec.reduce_op = reduce_op_name(op.reduce_op);
+  if (info.reduces) rec.reduce_op = op.reducer ? op.reducer->name() : reduce_op_name(op.reduce_op);
   rec.algorithm = algorithm_name(op.algorithm);
   rec.input_count = op.input.count;
   rec.output_count = op.output.count;
@@ -86,6 +88,22 @@ void fill_record(const Op& op, const std::shared_ptr<const trace::CommInfo>& com
   rec.caller_file = caller.file;
   rec.caller_line = caller.line;
   rec.stack = trace::capture_op_stack();
+}
+
+uint64_t blocks_hash(const Op& op) {
+  uint64_t h = 0;
+  for (size_t q = 0; q < op.block_counts.size(); ++q) {
+    h = (h * 1000003) ^ op.block_counts[q];
+    h = (h * 1000003) ^ op.block_offsets[q];
+  }
+  return h;
+}
+
+Reduction reduction_of(const Op& op) {
+  if (op.reducer) {
+    return {op.input.dtype, ReduceOp::kCustom, op.reducer.get(), op.reducer->element_bytes()};
+  }
+  return builtin_reduction(op.input.dtype, op.reduce_op);
 }
 
 trace::OpRecord make_record(const Op& op, std::shared_ptr<const trace::CommInfo> comm,

@@ -41,12 +41,18 @@ struct Op {
   OpKind kind = OpKind::kBarrier;  // Which op; it decides which fields below apply.
   BufferView input;   // In-place ops (all_reduce, broadcast, reduce) use input == output.
   BufferView output;  // Send and recv use input == output.
-  ReduceOp reduce_op = ReduceOp::kSum;  // all_reduce, reduce, reduce_scatter only.
+  ReduceOp reduce_op = ReduceOp::kSum;     // all_reduce, reduce, reduce_scatter only.
+  std::shared_ptr<const Reducer> reducer;  // Set exactly when reduce_op is kCustom.
   int root = -1;  // Root of broadcast, reduce, gather, scatter; peer of send and recv.
   int tag = 0;    // Send/recv tag.
   // Uneven all_to_all: elements sent to / received from each rank. Empty = equal splits.
   std::vector<size_t> input_splits;
   std::vector<size_t> output_splits;
+  // all_gather_v and reduce_scatter_v: block q of the whole buffer (the output of all_gather_v, the
+  // input of reduce_scatter_v) is block_counts[q] elements from element block_offsets[q]. Both
+  // have an entry per rank; the communicator fills the offsets where the caller gave none.
+  std::vector<size_t> block_counts;
+  std::vector<size_t> block_offsets;
   std::vector<P2POp> p2p;                // Members of a kBatchP2P.
   std::chrono::milliseconds timeout{0};  // Resolved and capped: never 0 once enqueued.
   uint64_t op_seq = 0;                   // The communicator's count of all ops, this one included.
@@ -62,6 +68,13 @@ struct Op {
 // reduce_scatter, gather and scatter; max of sent and received bytes for uneven all_to_all and
 // batches), seen from group rank `rank` of a group of `group_size`.
 uint64_t message_bytes(const Op& op, int group_size, int rank);
+
+// One word for the v-collectives' blocks (0 for ops without), equal on ranks that cut their
+// buffers alike: what backends compare across ranks instead of the vectors.
+uint64_t blocks_hash(const Op& op);
+
+// How `op` folds: its Reducer or its built-in op on its input's dtype.
+Reduction reduction_of(const Op& op);
 
 // Fills `rec`, a fresh record, with what `op`, called at `caller`, on `comm` says: kind, dtype,
 // reduce op, counts, shapes, bytes, root or peer, timeout, the caller's scope and thread. The

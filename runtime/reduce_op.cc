@@ -1,6 +1,14 @@
 #include "runtime/reduce_op.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <utility>
+
+#include "runtime/error.h"
 
 namespace meshrt {
 namespace {
@@ -36,6 +44,8 @@ void reduce_native(ReduceOp op, void* out, const void* a, const void* b, size_t 
       return apply<T>(out, a, b, n, [](T x, T y) { return std::min(x, y); });
     case ReduceOp::kMax:
       return apply<T>(out, a, b, n, [](T x, T y) { return std::max(x, y); });
+    case ReduceOp::kCustom:  // Folded by its Reducer (Reduction), never here.
+      return;
   }
 }
 
@@ -56,6 +66,8 @@ void reduce_16(ReduceOp op, void* out, const void* a, const void* b, size_t n, T
       return run([](float x, float y) { return std::min(x, y); });
     case ReduceOp::kMax:
       return run([](float x, float y) { return std::max(x, y); });
+    case ReduceOp::kCustom:
+      return;
   }
 }
 
@@ -73,6 +85,8 @@ std::string_view reduce_op_name(ReduceOp op) {
       return "max";
     case ReduceOp::kAvg:
       return "avg";
+    case ReduceOp::kCustom:
+      return "custom";
   }
   return "unknown";
 }
@@ -144,5 +158,72 @@ void divide_elements(DType dtype, void* data, size_t n, size_t divisor) {
       return;  // Validation rejects kAvg on integer dtypes.
   }
 }
+
+namespace {
+
+thread_local std::optional<std::string> reducer_failure;
+
+// Reducer names outlive every Reducer: records keep string_views of them.
+std::string_view intern(std::string_view name) {
+  static std::mutex mutex;
+  // Never destroyed, not even at exit: the trace sinks write their last records then.
+  static std::set<std::string, std::less<>>& names = *new std::set<std::string, std::less<>>();
+  const std::lock_guard lock(mutex);
+  return *names.emplace(name).first;
+}
+
+}  // namespace
+
+std::shared_ptr<const Reducer> Reducer::create(std::string_view name, size_t element_bytes,
+                                               ReduceFn fn, std::optional<DType> dtype) {
+  std::string why;
+  if (name.empty()) {
+    why = "its name is empty";
+  } else if (!fn) {
+    why = "it has no function";
+  } else if (element_bytes == 0) {
+    why = "its element size is 0 bytes";
+  } else if (dtype && dtype_size_bytes(*dtype) != element_bytes) {
+    why = fmt::format("its element size is {} bytes but its dtype {} has {}", element_bytes,
+                      dtype_name(*dtype), dtype_size_bytes(*dtype));
+  }
+  if (!why.empty()) {
+    throw Error(ErrorCode::kInvalidArgument, {},
+                fmt::format("reducer '{}' cannot be created: {}", name, why));
+  }
+  return std::make_shared<const Reducer>(Key{}, name, element_bytes, std::move(fn), dtype);
+}
+
+Reducer::Reducer(Key /*key*/, std::string_view name, size_t element_bytes, ReduceFn fn,
+                 std::optional<DType> dtype)
+    : name_(intern(name)), element_bytes_(element_bytes), fn_(std::move(fn)), dtype_(dtype) {}
+
+void Reduction::operator()(void* out, const void* a, const void* b, size_t n) const {
+  if (custom == nullptr) return reduce_elements(dtype, op, out, a, b, n);
+  if (n == 0) return;
+  // fold_into computes inout = in (op) inout; the ops commute, so out = b (op) a will do.
+  const void* in = b;
+  if (out == b) {
+    in = a;
+  } else if (out != a) {
+    std::memmove(out, a, n * element_bytes);
+  }
+  std::optional<std::string> failure = custom->fold_into(in, out, n);
+  if (failure && !reducer_failure) reducer_failure = std::move(failure);
+}
+
+std::optional<std::string> Reducer::fold_into(const void* in, void* inout,
+                                              size_t count) const noexcept {
+  try {
+    fn_(in, inout, count);
+    return std::nullopt;
+  } catch (const std::exception& e) {
+    return fmt::format("reducer '{}' threw: {}", name_, e.what());
+  } catch (...) {
+    return fmt::format("reducer '{}' threw an exception that is not a std::exception", name_);
+  }
+}
+
+std::optional<std::string> take_reducer_failure() { return std::exchange(reducer_failure, {}); }
 
 }  // namespace meshrt

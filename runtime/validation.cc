@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <limits>
+#include <vector>
 
 #include "runtime/error.h"
 
@@ -27,8 +29,10 @@ class Checker {
   // Every later size computation (bytes(), block offsets, trace records) relies on these: the
   // dtype is known and count x its size fits, so nothing downstream can wrap.
   void buffer(const BufferView& b, std::string_view what) const {
-    const size_t size = dtype_size_bytes(b.dtype);
-    if (size == 0) fail("{} has unknown dtype {}", what, static_cast<int>(b.dtype));
+    const size_t size = b.element_bytes();
+    if (dtype_size_bytes(b.dtype) == 0)
+      fail("{} has unknown dtype {}", what, static_cast<int>(b.dtype));
+    if (b.record_bytes != 0) records(b, what);
     if (b.count > kMaxBufferBytes / size) {
       fail("{} has {} elements of {}: more than {} bytes", what, b.count, dtype_name(b.dtype),
            kMaxBufferBytes);
@@ -38,6 +42,20 @@ class Checker {
     if (b.device.kind == Device::Kind::kCuda && !accepts_cuda_) {
       fail("{} is on cuda:{} but backend '{}' takes CPU buffers only", what, b.device.index,
            comm_.backend);
+    }
+  }
+
+  // Opaque records mean something only to the Reducer that folds them.
+  void records(const BufferView& b, std::string_view what) const {
+    if (b.dtype != DType::kU8) {
+      fail("{} holds {}-byte records but has dtype {}: records are viewed as u8 (records())", what,
+           b.record_bytes, dtype_name(b.dtype));
+    }
+    if (!op_.reducer && op_.kind != OpKind::kAllGatherV) {
+      fail(
+          "{} holds {}-byte records, which only a custom reducer folds (and all_gather_v "
+          "moves): pass its Reducer, or view the data as u8 bytes",
+          what, b.record_bytes);
     }
   }
 
@@ -64,6 +82,10 @@ class Checker {
       fail("input dtype {} differs from output dtype {}", dtype_name(in.dtype),
            dtype_name(out.dtype));
     }
+    if (in.record_bytes != out.record_bytes) {
+      fail("input has {}-byte records but output has {}-byte records", in.record_bytes,
+           out.record_bytes);
+    }
   }
 
   void rank_in_range(int r, std::string_view what) const {
@@ -76,13 +98,39 @@ class Checker {
     if (p == comm_.rank) fail("peer {} is this rank itself: send/recv to self is not supported", p);
   }
 
-  void reduce_op(DType dtype) const {
+  void reduce_op(const BufferView& b) const {
+    const DType dtype = b.dtype;
     if (reduce_op_name(op_.reduce_op) == "unknown") {
       fail("unknown reduce op {}", static_cast<int>(op_.reduce_op));
     }
+    if ((op_.reduce_op == ReduceOp::kCustom) != (op_.reducer != nullptr)) {
+      fail("reduce op {} with {}: a Reducer goes with ReduceOp::kCustom only",
+           reduce_op_name(op_.reduce_op), op_.reducer ? "a Reducer" : "no Reducer");
+    }
+    if (op_.reducer) return custom_reducer(*op_.reducer, b);
     if (op_.reduce_op == ReduceOp::kAvg && !is_floating(dtype)) {
       fail("reduce op avg on integer dtype {} would truncate: use sum and divide",
            dtype_name(dtype));
+    }
+  }
+
+  void custom_reducer(const Reducer& r, const BufferView& b) const {
+    if (accepts_cuda_) {
+      fail(
+          "reducer '{}' is a CPU function: backend '{}' folds on the device, with its own ops "
+          "only",
+          r.name(), comm_.backend);
+    }
+    if (r.dtype() && (b.dtype != *r.dtype() || b.record_bytes != 0)) {
+      fail("reducer '{}' folds {} but the buffer holds {}", r.name(), dtype_name(*r.dtype()),
+           b.record_bytes != 0 ? fmt::format("{}-byte records", b.record_bytes)
+                               : std::string(dtype_name(b.dtype)));
+    }
+    if (!r.dtype() && b.element_bytes() != r.element_bytes()) {
+      fail(
+          "reducer '{}' folds {}-byte records but the buffer's elements have {} bytes (view "
+          "them with records(data, count, {}))",
+          r.name(), r.element_bytes(), b.element_bytes(), r.element_bytes());
     }
   }
 
@@ -119,7 +167,7 @@ class Checker {
   // Where block rank() of `whole` starts, in blocks of `block` elements.
   const void* block_of(const BufferView& whole, size_t block) const {
     return static_cast<const char*>(whole.data) +
-           static_cast<size_t>(comm_.rank) * block * dtype_size_bytes(whole.dtype);
+           static_cast<size_t>(comm_.rank) * block * whole.element_bytes();
   }
 
   void splits(const std::vector<size_t>& s, size_t count, std::string_view what) const {
@@ -132,13 +180,56 @@ class Checker {
     if (sum != count) fail("{} add up to {} elements but the buffer has {}", what, sum, count);
   }
 
+  // The v-collectives' blocks: one per rank, inside `whole`, none overlapping another, and this
+  // rank's of `mine` elements.
+  void blocks(const BufferView& whole, size_t mine, std::string_view mine_name) const {
+    const size_t n = comm_.global_ranks.size();
+    const std::vector<size_t>& counts = op_.block_counts;
+    const std::vector<size_t>& offsets = op_.block_offsets;
+    if (counts.size() != n || offsets.size() != n) {
+      fail("counts have {} entries and offsets {}, but the group has {} ranks", counts.size(),
+           offsets.size(), n);
+    }
+    for (size_t q = 0; q < n; ++q) {
+      size_t end = 0;
+      if (__builtin_add_overflow(offsets[q], counts[q], &end) || end > whole.count) {
+        fail("block {} ({} elements at offset {}) ends past the {} elements of the {}", q,
+             counts[q], offsets[q], whole.count,
+             op_.kind == OpKind::kAllGatherV ? "output" : "input");
+      }
+    }
+    std::vector<size_t> order(n);
+    for (size_t q = 0; q < n; ++q) order[q] = q;
+    std::sort(order.begin(), order.end(),
+              [&](size_t a, size_t b) { return offsets[a] < offsets[b]; });
+    size_t end = 0, last = n;  // The furthest end of a non-empty block so far, and its block.
+    for (const size_t q : order) {
+      if (counts[q] == 0) continue;
+      if (last != n && offsets[q] < end) fail("blocks {} and {} overlap", last, q);
+      end = offsets[q] + counts[q];
+      last = q;
+    }
+    const size_t r = static_cast<size_t>(comm_.rank);
+    if (mine != counts[r]) {
+      fail("{} has {} elements but this rank's block (counts[{}]) has {}", mine_name, mine, r,
+           counts[r]);
+    }
+  }
+
+  // Whether `part` is this rank's block of `whole` (the v-collectives' in-place form).
+  bool is_my_block(const BufferView& part, const BufferView& whole) const {
+    return part.data ==
+           static_cast<const char*>(whole.data) +
+               op_.block_offsets[static_cast<size_t>(comm_.rank)] * whole.element_bytes();
+  }
+
   void run() const {
     if (op_.timeout.count() <= 0) fail("timeout must be positive, got {} ms", op_.timeout.count());
     const bool is_root = op_.root == comm_.rank;
     switch (op_.kind) {
       case OpKind::kAllReduce:
         buffer(op_.input, "buffer");
-        reduce_op(op_.input.dtype);
+        reduce_op(op_.input);
         return;
       case OpKind::kBroadcast:
         buffer(op_.input, "buffer");
@@ -147,7 +238,7 @@ class Checker {
       case OpKind::kReduce:
         buffer(op_.input, "buffer");
         rank_in_range(op_.root, "root");
-        reduce_op(op_.input.dtype);
+        reduce_op(op_.input);
         return;
       case OpKind::kAllGather:
         buffer(op_.input, "input");
@@ -162,10 +253,25 @@ class Checker {
         buffer(op_.input, "input");
         buffer(op_.output, "output");
         same_dtype(op_.input, op_.output);
-        reduce_op(op_.input.dtype);
+        reduce_op(op_.input);
         count_multiple(op_.input.count, op_.output.count, "input", "output");
         if (op_.output.data != block_of(op_.input, op_.output.count))
           no_overlap(op_.input, op_.output);
+        return;
+      case OpKind::kAllGatherV:
+        buffer(op_.input, "input");
+        buffer(op_.output, "output");
+        same_dtype(op_.input, op_.output);
+        blocks(op_.output, op_.input.count, "input");
+        if (!is_my_block(op_.input, op_.output)) no_overlap(op_.input, op_.output);
+        return;
+      case OpKind::kReduceScatterV:
+        buffer(op_.input, "input");
+        buffer(op_.output, "output");
+        same_dtype(op_.input, op_.output);
+        reduce_op(op_.input);
+        blocks(op_.input, op_.output.count, "output");
+        if (!is_my_block(op_.output, op_.input)) no_overlap(op_.input, op_.output);
         return;
       case OpKind::kAllToAll: {
         buffer(op_.input, "input");

@@ -1195,6 +1195,30 @@ TEST_F(AnalyzerTest, EmptyOpsFitTheirOwnSizes) {
   EXPECT_TRUE(report.findings.empty()) << describe(report);
 }
 
+// The v-collectives' blocks differ per rank (all_gather_v's inputs, reduce_scatter_v's outputs)
+// while the whole buffers agree: no finding. A whole that differs is still a size mismatch.
+TEST_F(AnalyzerTest, VCollectivesBlocksDifferPerRankWholesMustAgree) {
+  FrJob job = world_job(3);
+  for (int r = 0; r < 3; ++r) {
+    testing::FrEntry& g = job.call(r, "world", "all_gather_v", 1, "completed");
+    g.input_sizes = {{r + 1}};
+    g.output_sizes = {{6}};
+    testing::FrEntry& s = job.call(r, "world", "reduce_scatter_v", 2, "completed");
+    s.input_sizes = {{6}};
+    s.output_sizes = {{r == 0 ? 0 : r * 2}};
+  }
+  for (int r = 0; r < 3; ++r) {
+    testing::FrEntry& g = job.call(r, "world", "all_gather_v", 3, "completed");
+    g.input_sizes = {{2}};
+    g.output_sizes = {{r == 2 ? 7 : 6}};
+  }
+  job.write(dir_);
+  const Report report = analyze();
+  ASSERT_EQ(report.findings.size(), 1u) << describe(report);
+  EXPECT_EQ(report.findings[0].kind, FindingKind::kSizeMismatch);
+  EXPECT_EQ(report.findings[0].culprit_ranks, (std::vector<int>{2}));
+}
+
 // Rank 2 describes the tp group as another one: the dumps cannot be matched, exit 2.
 TEST_F(AnalyzerTest, GroupDescribedDifferentlyAcrossRanksIsRefused) {
   FrJob job = world_job(3);

@@ -1,8 +1,9 @@
 /* The C API from C (compiled -std=c11 -pedantic -Werror, linked by the C compiler): every
- * collective and p2p op on an in-process world of 8 ranks, checked element-wise; async works; a
- * split and a 2x4 mesh; scopes; and every status code the API can return from its callers'
- * mistakes, with the message that names the call. Prints "c_api ok" and exits 0, else lists
- * what failed and exits 1. */
+ * collective and p2p op on an in-process world of 8 ranks (and, with --world, the collectives
+ * on 8 processes under meshrun), checked element-wise; async works; a
+ * split and a 2x4 mesh; scopes; user-defined reducers (opaque records and typed); and every status
+ * code the API can return from its callers' mistakes, with the message that names the call. Prints
+ * "c_api ok" and exits 0, else lists what failed and exits 1. */
 /* nanosleep: POSIX, not C11. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdatomic.h>
@@ -201,6 +202,179 @@ static void groups_and_scopes(meshrt_comm* world, int r) {
   meshrt_comm_free(tp);
 }
 
+/* A value and where it came from: what a tree learner's best-split search reduces. */
+typedef struct {
+  float value;
+  int32_t index;
+} argmax_t;
+
+/* The larger value wins; ties go to the lower index, so the fold commutes. */
+static void argmax(const void* in, void* inout, size_t count, void* user) {
+  const argmax_t* a = in;
+  argmax_t* b = inout;
+  atomic_fetch_add((atomic_int*)user, 1);
+  for (size_t i = 0; i < count; ++i) {
+    if (a[i].value > b[i].value || (a[i].value == b[i].value && a[i].index < b[i].index)) {
+      b[i] = a[i];
+    }
+  }
+}
+
+/* A typed reducer: the sum of absolute values of float64. */
+static void abs_sum(const void* in, void* inout, size_t count, void* user) {
+  const double* a = in;
+  double* b = inout;
+  (void)user;
+  for (size_t i = 0; i < count; ++i) b[i] = (a[i] < 0 ? -a[i] : a[i]) + (b[i] < 0 ? -b[i] : b[i]);
+}
+
+static atomic_int argmax_calls;
+
+static void custom_reductions(meshrt_comm* world, int r, int n) {
+  meshrt_reducer* best = NULL;
+  expect_status(r, meshrt_reducer_create("argmax", sizeof(argmax_t), argmax, &argmax_calls, &best),
+                MESHRT_OK, "reducer_create");
+  /* Element i: rank (i % n) holds the largest value, 100 + i. */
+  argmax_t v[7];
+  for (int i = 0; i < 7; ++i) v[i] = (argmax_t){(r == i % n) ? 100.0f + i : (float)r, r};
+  expect_status(r, meshrt_all_reduce_custom(world, v, 7, best, NULL), MESHRT_OK,
+                "all_reduce_custom");
+  for (int i = 0; i < 7; ++i) {
+    if (v[i].value != 100.0f + i || v[i].index != i % n) fail(r, "argmax element", i);
+  }
+  if (atomic_load(&argmax_calls) == 0) fail(r, "argmax got its user pointer", 0);
+
+  argmax_t at_root[3] = {{(float)r, r}, {(float)-r, r}, {1.0f, r}};
+  meshrt_work* w = NULL;
+  expect_status(r, meshrt_reduce_custom(world, at_root, 3, best, 0, &w), MESHRT_OK,
+                "reduce_custom async");
+  expect_status(r, meshrt_work_wait(w), MESHRT_OK, "reduce_custom wait");
+  meshrt_work_free(w);
+  if (r == 0 && (at_root[0].index != n - 1 || at_root[1].index != 0 || at_root[2].index != 0)) {
+    fail(r, "reduce_custom at the root", at_root[0].index);
+  }
+  if (r != 0 && at_root[0].index != r) fail(r, "reduce_custom changed a non-root", 0);
+
+  argmax_t blocks[2 * WORLD], mine[2];
+  for (int i = 0; i < 2 * n; ++i) blocks[i] = (argmax_t){(float)((i + r) % n), r};
+  expect_status(r, meshrt_reduce_scatter_custom(world, blocks, mine, 2, best, NULL), MESHRT_OK,
+                "reduce_scatter_custom");
+  for (int i = 0; i < 2; ++i) {
+    /* Element k's values (k + q) % n peak at n - 1 on rank q = (n - 1 - k) mod n. */
+    const int k = 2 * r + i;
+    if (mine[i].value != (float)(n - 1) || mine[i].index != ((n - 1 - k) % n + n) % n) {
+      fail(r, "reduce_scatter_custom element", i);
+    }
+  }
+
+  meshrt_reducer* absum = NULL;
+  expect_status(r, meshrt_reducer_create_typed("abs_sum", MESHRT_FLOAT64, abs_sum, NULL, &absum),
+                MESHRT_OK, "reducer_create_typed");
+  double d[2] = {-1.0, (double)r};
+  expect_status(r, meshrt_all_reduce_custom(world, d, 2, absum, NULL), MESHRT_OK,
+                "typed all_reduce_custom");
+  if (d[0] != (double)n || d[1] != n * (n - 1) / 2.0) fail(r, "abs_sum", (long)d[0]);
+
+  /* Mistakes: named, and nothing sent. */
+  expect_status(r, meshrt_all_reduce_custom(world, d, 2, NULL, NULL), MESHRT_ERR_INVALID_ARGUMENT,
+                "NULL reducer");
+  expect_error_mentions(r, "all_reduce_custom: reducer is NULL", "NULL reducer's message");
+  meshrt_reducer* bad = NULL;
+  expect_status(r, meshrt_reducer_create("zero", 0, argmax, NULL, &bad),
+                MESHRT_ERR_INVALID_ARGUMENT, "element size 0");
+  expect_error_mentions(r, "reducer 'zero' cannot be created: its element size is 0 bytes",
+                        "element size 0's message");
+  expect_status(r, meshrt_reducer_create("f", 4, NULL, NULL, &bad), MESHRT_ERR_INVALID_ARGUMENT,
+                "NULL fn");
+  meshrt_reducer_free(best);
+  meshrt_reducer_free(absum);
+  meshrt_reducer_free(NULL);
+}
+
+/* Blocks of their own size per rank (rank 0's empty), laid out in reverse rank order with a gap
+ * of one element before each: all_gather_v, its in-place form, reduce_scatter_v by sum and by a
+ * reducer of records. */
+static void v_collectives(meshrt_comm* world, int r, int n) {
+  size_t counts[WORLD], offsets[WORLD], next = 0;
+  for (int q = 0; q < n; ++q) counts[q] = (size_t)(q % 3);
+  for (int q = n - 1; q >= 0; --q) {
+    offsets[q] = ++next;
+    next += counts[q];
+  }
+  const size_t whole = next;
+  int32_t mine[2] = {r, 100 + r}, all[3 * WORLD];
+  for (size_t i = 0; i < whole; ++i) all[i] = -1;
+  expect_status(r, meshrt_all_gather_v(world, mine, all, counts, offsets, MESHRT_INT32, NULL),
+                MESHRT_OK, "all_gather_v");
+  for (int q = 0; q < n; ++q) {
+    if (all[offsets[q] - 1] != -1) fail(r, "all_gather_v wrote a gap", q);
+    for (size_t i = 0; i < counts[q]; ++i) {
+      if (all[offsets[q] + i] != (i == 0 ? q : 100 + q)) fail(r, "all_gather_v element", q);
+    }
+  }
+  /* In place, offsets NULL: the blocks follow one another; this rank's is already in place. */
+  size_t at = 0;
+  for (int q = 0; q < r; ++q) at += counts[q];
+  for (size_t i = 0; i < counts[r]; ++i) all[at + i] = mine[i];
+  expect_status(r, meshrt_all_gather_v(world, all + at, all, counts, NULL, MESHRT_INT32, NULL),
+                MESHRT_OK, "all_gather_v in place");
+  for (int q = 0, k = 0; q < n; k += (int)counts[q++]) {
+    for (size_t i = 0; i < counts[q]; ++i) {
+      if (all[k + (int)i] != (i == 0 ? q : 100 + q)) fail(r, "all_gather_v in place", q);
+    }
+  }
+
+  int64_t in[3 * WORLD], out[2] = {-1, -1};
+  for (size_t i = 0; i < whole; ++i) in[i] = r + (int64_t)i;
+  expect_status(
+      r, meshrt_reduce_scatter_v(world, in, out, counts, offsets, MESHRT_INT64, MESHRT_SUM, NULL),
+      MESHRT_OK, "reduce_scatter_v");
+  for (size_t i = 0; i < counts[r]; ++i) {
+    if (out[i] != n * (n - 1) / 2 + n * (int64_t)(offsets[r] + i)) fail(r, "reduce_scatter_v", i);
+  }
+
+  meshrt_reducer* best = NULL;
+  expect_status(r, meshrt_reducer_create("argmax", sizeof(argmax_t), argmax, &argmax_calls, &best),
+                MESHRT_OK, "reducer_create");
+  argmax_t cands[3 * WORLD], won[2];
+  for (size_t i = 0; i < whole; ++i) cands[i] = (argmax_t){(float)((r + (int)i) % n), r};
+  expect_status(r, meshrt_reduce_scatter_v_custom(world, cands, won, counts, offsets, best, NULL),
+                MESHRT_OK, "reduce_scatter_v_custom");
+  for (size_t i = 0; i < counts[r]; ++i) {
+    const int k = (int)(offsets[r] + i); /* Values (q + k) % n peak on q = (n - 1 - k) mod n. */
+    if (won[i].value != (float)(n - 1) || won[i].index != ((n - 1 - k) % n + n) % n) {
+      fail(r, "reduce_scatter_v_custom", (long)i);
+    }
+  }
+  meshrt_reducer_free(best);
+  expect_status(r, meshrt_all_gather_v(world, mine, all, NULL, NULL, MESHRT_INT32, NULL),
+                MESHRT_ERR_INVALID_ARGUMENT, "all_gather_v without counts");
+}
+
+/* The comm logger's summary of this rank's ops (main started the logger), snprintf-style. */
+static void comms_summary(meshrt_comm* world, int r) {
+  size_t length = 0;
+  expect_status(r, meshrt_comms_summary(world, MESHRT_SUMMARY_JSON, NULL, 0, &length), MESHRT_OK,
+                "summary length");
+  char* json = malloc(length + 1);
+  if (json == NULL) return;
+  expect_status(r, meshrt_comms_summary(world, MESHRT_SUMMARY_JSON, json, length + 1, NULL),
+                MESHRT_OK, "summary");
+  char rank_field[32];
+  snprintf(rank_field, sizeof rank_field, "\"rank\": %d", r);
+  if (strlen(json) != length || strstr(json, rank_field) == NULL ||
+      strstr(json, "\"op\": \"all_reduce\"") == NULL) {
+    fail(r, "summary JSON names this rank and its all_reduces", (long)length);
+  }
+  free(json);
+  char head[8];
+  expect_status(r, meshrt_comms_summary(world, MESHRT_SUMMARY_TEXT, head, sizeof head, &length),
+                MESHRT_OK, "summary into a small buffer");
+  if (strlen(head) != sizeof head - 1 || length < sizeof head) fail(r, "truncated summary", 0);
+  expect_status(r, meshrt_comms_summary(world, (meshrt_summary_format)7, head, sizeof head, NULL),
+                MESHRT_ERR_INVALID_ARGUMENT, "bad summary format");
+}
+
 /* The callers' mistakes: each returns its status, before anything is sent, naming the call. */
 static void mistakes(meshrt_comm* world, int r) {
   int32_t x = 0;
@@ -221,15 +395,18 @@ static void mistakes(meshrt_comm* world, int r) {
                 "bad phase");
 }
 
+/* user: non-NULL when the ranks are threads (their p2p test passes messages between them). */
 static void rank_main(meshrt_comm* world, void* user) {
-  (void)user;
   int r = -1, n = 0;
   expect_status(-1, meshrt_comm_rank(world, &r), MESHRT_OK, "rank");
   expect_status(-1, meshrt_comm_size(world, &n), MESHRT_OK, "size");
   if (n != WORLD) fail(r, "world size", n);
   collectives(world, r, n);
-  p2p_and_works(world, r, n);
+  if (user != NULL) p2p_and_works(world, r, n);
   groups_and_scopes(world, r);
+  custom_reductions(world, r, n);
+  v_collectives(world, r, n);
+  comms_summary(world, r);
   mistakes(world, r);
   /* Last: an aborted communicator fails every later op with MESHRT_ERR_ABORTED. */
   meshrt_comm* own = NULL;
@@ -241,14 +418,30 @@ static void rank_main(meshrt_comm* world, void* user) {
   meshrt_comm_free(own);
 }
 
-int main(void) {
+/* `c_api_test --world` runs as one of WORLD processes that meshrun started (Gloo), the rest as
+ * WORLD threads of one process. */
+int main(int argc, char** argv) {
+  if (argc > 1 && strcmp(argv[1], "--world") == 0) {
+    meshrt_comm* world = NULL;
+    expect_status(-1, meshrt_comms_log_start(), MESHRT_OK, "comms log start");
+    expect_status(-1, meshrt_init(&world), MESHRT_OK, "init");
+    if (world != NULL) rank_main(world, NULL);
+    meshrt_comm_free(world);
+    if (atomic_load(&failures) != 0) return 1;
+    printf("c_api ok (--world)\n");
+    return 0;
+  }
   if (strlen(meshrt_version()) == 0) fail(-1, "version", 0);
   const char* want[] = {"ok",    "invalid_argument", "timeout",       "peer_failure", "backend",
                         "store", "aborted",          "not_supported", "internal"};
   for (int s = MESHRT_OK; s <= MESHRT_ERR_INTERNAL; ++s) {
     if (strcmp(meshrt_status_name((meshrt_status)s), want[s]) != 0) fail(-1, "status name", s);
   }
-  expect_status(-1, meshrt_run_inproc(WORLD, rank_main, NULL), MESHRT_OK, "run_inproc");
+  expect_status(-1, meshrt_comms_log_start(), MESHRT_OK, "comms log start");
+  int threads = 1;
+  expect_status(-1, meshrt_run_inproc(WORLD, rank_main, &threads), MESHRT_OK, "run_inproc");
+  expect_status(-1, meshrt_comms_log_stop(), MESHRT_OK, "comms log stop");
+  expect_status(-1, meshrt_comms_log_reset(), MESHRT_OK, "comms log reset");
   expect_status(-1, meshrt_run_inproc(2, NULL, NULL), MESHRT_ERR_INVALID_ARGUMENT, "NULL fn");
   if (atomic_load(&failures) != 0) return 1;
   printf("c_api ok\n");

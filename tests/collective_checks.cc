@@ -123,6 +123,7 @@ double expected(DType dtype, ReduceOp op, int n, size_t i) {
     switch (op) {
       case ReduceOp::kSum:
       case ReduceOp::kAvg:
+      case ReduceOp::kCustom:  // The checks' Reducers sum (custom_sum()).
         acc += v;
         break;
       case ReduceOp::kProd:
@@ -175,20 +176,21 @@ class Checker {
     }
   }
 
-  void reductions(DType dtype, ReduceOp op) {
-    const std::string tag = fmt::format("{}", reduce_op_name(op));
+  void reductions(DType dtype, const ReduceBy& by) {
+    const ReduceOp op = by.op;
+    const std::string tag = fmt::format("{}", by.reducer ? by.reducer->name() : reduce_op_name(op));
     // all_reduce on an uneven count so every chunking path gets a remainder.
     const size_t count = 2 * n_ + 1;
     TypedBuffer buf(dtype, count);
     for (size_t i = 0; i < count; ++i) buf.set(i, value(op, r_, i));
-    if (run("all_reduce " + tag, [&] { return comm_.all_reduce(buf.view(), op); })) {
+    if (run("all_reduce " + tag, [&] { return comm_.all_reduce(buf.view(), by); })) {
       for (size_t i = 0; i < count; ++i)
         expect("all_reduce " + tag, dtype, i, buf.get(i), expected(dtype, op, n_, i));
     }
     // reduce to the last rank: others keep their input.
     const int root = n_ - 1;
     for (size_t i = 0; i < count; ++i) buf.set(i, value(op, r_, i));
-    if (run("reduce " + tag, [&] { return comm_.reduce(buf.view(), root, op); })) {
+    if (run("reduce " + tag, [&] { return comm_.reduce(buf.view(), root, by); })) {
       for (size_t i = 0; i < count; ++i) {
         const double want = r_ == root ? expected(dtype, op, n_, i) : value(op, r_, i);
         expect("reduce " + tag, dtype, i, buf.get(i), want);
@@ -199,7 +201,7 @@ class Checker {
     TypedBuffer in(dtype, block * n_), out(dtype, block);
     for (size_t i = 0; i < in.size(); ++i) in.set(i, value(op, r_, i));
     if (run("reduce_scatter " + tag,
-            [&] { return comm_.reduce_scatter(in.view(), out.view(), op); })) {
+            [&] { return comm_.reduce_scatter(in.view(), out.view(), by); })) {
       for (size_t i = 0; i < block; ++i) {
         expect("reduce_scatter " + tag, dtype, i, out.get(i),
                expected(dtype, op, n_, r_ * block + i));
@@ -208,11 +210,111 @@ class Checker {
     // In place: the output is this rank's block of the input.
     for (size_t i = 0; i < in.size(); ++i) in.set(i, value(op, r_, i));
     if (run("reduce_scatter in-place " + tag, [&] {
-          return comm_.reduce_scatter(in.view(), in.view().slice(r_ * block, block), op);
+          return comm_.reduce_scatter(in.view(), in.view().slice(r_ * block, block), by);
         })) {
       for (size_t i = 0; i < block; ++i) {
         expect("reduce_scatter in-place " + tag, dtype, i, in.get(r_ * block + i),
                expected(dtype, op, n_, r_ * block + i));
+      }
+    }
+  }
+
+  // Opaque 12-byte records (no dtype has that size) folded by a Reducer: small ops and one that
+  // spans many slot exchanges and ring blocks, whose cuts must fall between records.
+  void record_reductions() {
+    for (const size_t count : {2 * static_cast<size_t>(n_) + 1, size_t{100003}}) {
+      std::vector<Bin> bins(count);
+      for (size_t i = 0; i < count; ++i) bins[i] = bin(r_, i);
+      const std::string what = fmt::format("all_reduce of {} bins", count);
+      if (run(what, [&] { return comm_.all_reduce(bin_view(bins), bin_sum()); })) {
+        for (size_t i = 0; i < count; ++i) expect_bin(what, i, bins[i], i);
+      }
+    }
+    const int root = n_ - 1;
+    std::vector<Bin> bins(7);
+    for (size_t i = 0; i < bins.size(); ++i) bins[i] = bin(r_, i);
+    if (run("reduce of bins", [&] { return comm_.reduce(bin_view(bins), root, bin_sum()); })) {
+      for (size_t i = 0; i < bins.size(); ++i) {
+        if (r_ == root) {
+          expect_bin("reduce of bins", i, bins[i], i);
+        } else if (const Bin kept = bin(r_, i); std::memcmp(&bins[i], &kept, sizeof(Bin)) != 0) {
+          failures.push_back(fmt::format("rank {}: reduce of bins changed a non-root's", r_));
+        }
+      }
+    }
+    const size_t block = 5;
+    std::vector<Bin> in(block * n_), out(block);
+    for (size_t i = 0; i < in.size(); ++i) in[i] = bin(r_, i);
+    if (run("reduce_scatter of bins",
+            [&] { return comm_.reduce_scatter(bin_view(in), bin_view(out), bin_sum()); })) {
+      for (size_t i = 0; i < block; ++i)
+        expect_bin("reduce_scatter of bins", i, out[i], r_ * block + i);
+    }
+  }
+
+  // Blocks of their own size per rank (one empty), each after the one before, or laid out in
+  // reverse rank order with a gap before each; `scale` grows them past one slot exchange.
+  std::pair<std::vector<size_t>, std::vector<size_t>> v_blocks(bool reversed, size_t scale) const {
+    std::vector<size_t> counts(n_), offsets(n_);
+    for (int q = 0; q < n_; ++q) counts[q] = q == 1 ? 0 : scale * (q % 3 + 1);
+    size_t next = 0;
+    for (int i = 0; i < n_; ++i) {
+      const int q = reversed ? n_ - 1 - i : i;
+      next += reversed ? 2 : 0;
+      offsets[q] = next;
+      next += counts[q];
+    }
+    return {counts, offsets};
+  }
+
+  // all_gather_v and reduce_scatter_v, out of place and in place, on blocks laid out packed (the
+  // default offsets) and reversed with gaps; f32 also on blocks that span many slot exchanges.
+  void v_collectives(DType dtype) {
+    auto val = [](int r, size_t i) { return static_cast<double>((r * 3 + i) % 5); };
+    for (const bool reversed : {false, true}) {
+      std::vector<size_t> scales{1};
+      if (dtype == DType::kF32) scales.push_back(30001);
+      for (const size_t scale : scales) {
+        const auto [counts, offsets] = v_blocks(reversed, scale);
+        size_t whole = 0;
+        for (int q = 0; q < n_; ++q) whole = std::max(whole, offsets[q] + counts[q]);
+        const std::vector<size_t> given = reversed ? offsets : std::vector<size_t>{};
+        const size_t mine = counts[r_], at = offsets[r_];
+        const std::string tag =
+            fmt::format(" ({}, blocks of {})", reversed ? "reversed" : "packed", scale);
+        for (const bool in_place : {false, true}) {
+          const std::string what =
+              fmt::format("all_gather_v{}{}", in_place ? " in-place" : "", tag);
+          TypedBuffer in(dtype, mine), out(dtype, whole);
+          for (size_t i = 0; i < mine; ++i)
+            (in_place ? out : in).set(in_place ? at + i : i, val(r_, i));
+          if (run(what, [&] {
+                return comm_.all_gather_v(in_place ? out.view().slice(at, mine) : in.view(),
+                                          out.view(), counts, given);
+              })) {
+            for (int q = 0; q < n_; ++q) {
+              for (size_t i = 0; i < counts[q]; ++i) {
+                expect(what, dtype, i, out.get(offsets[q] + i), val(q, i));
+              }
+            }
+          }
+        }
+        for (const bool in_place : {false, true}) {
+          const std::string what =
+              fmt::format("reduce_scatter_v{}{}", in_place ? " in-place" : "", tag);
+          TypedBuffer in(dtype, whole), out(dtype, mine);
+          for (size_t i = 0; i < whole; ++i) in.set(i, val(r_, i));
+          if (run(what, [&] {
+                return comm_.reduce_scatter_v(
+                    in.view(), in_place ? in.view().slice(at, mine) : out.view(), counts, given);
+              })) {
+            for (size_t i = 0; i < mine; ++i) {
+              double want = 0;
+              for (int q = 0; q < n_; ++q) want += val(q, at + i);
+              expect(what, dtype, i, in_place ? in.get(at + i) : out.get(i), want);
+            }
+          }
+        }
       }
     }
   }
@@ -324,10 +426,63 @@ class Checker {
     }
   }
 
+  // A histogram bin: 12 bytes, so no dtype folds it.
+  struct Bin {
+    float grad;
+    float hess;
+    int32_t count;
+  };
+  static_assert(sizeof(Bin) == 12);
+
+  static Bin bin(int r, size_t i) {
+    return {static_cast<float>(r + i % 1000), static_cast<float>((r * 3 + i) % 7) / 2, 1};
+  }
+  static BufferView bin_view(std::vector<Bin>& v) {
+    return records(v.data(), v.size(), sizeof(Bin));
+  }
+  static std::shared_ptr<const Reducer> bin_sum() {
+    static const auto reducer =
+        Reducer::create("bin_sum", sizeof(Bin), [](const void* in, void* inout, size_t count) {
+          const Bin* a = static_cast<const Bin*>(in);
+          Bin* b = static_cast<Bin*>(inout);
+          for (size_t i = 0; i < count; ++i) {
+            b[i].grad += a[i].grad;
+            b[i].hess += a[i].hess;
+            b[i].count += a[i].count;
+          }
+        });
+    return reducer;
+  }
+  void expect_bin(const std::string& what, size_t k, const Bin& got, size_t i) {
+    Bin want{0, 0, 0};
+    for (int q = 0; q < n_; ++q) {
+      const Bin b = bin(q, i);
+      want.grad += b.grad;
+      want.hess += b.hess;
+      want.count += b.count;
+    }
+    if (got.grad == want.grad && got.hess == want.hess && got.count == want.count) return;
+    if (failures.size() < 50) {
+      failures.push_back(fmt::format("rank {}: {} record {}: got ({}, {}, {}), want ({}, {}, {})",
+                                     r_, what, k, got.grad, got.hess, got.count, want.grad,
+                                     want.hess, want.count));
+    }
+  }
+
   Communicator& comm_;
   const int n_;
   const int r_;
 };
+
+// A Reducer that sums `dtype` as the built-in sum does, so the same expectations hold.
+std::shared_ptr<const Reducer> custom_sum(DType dtype) {
+  return Reducer::create(
+      fmt::format("custom_sum_{}", dtype_name(dtype)), dtype_size_bytes(dtype),
+      [dtype](const void* in, void* inout, size_t count) {
+        reduce_elements(dtype, ReduceOp::kSum, inout, in, inout, count);
+      },
+      dtype);
+}
 
 }  // namespace
 
@@ -340,8 +495,11 @@ std::vector<std::string> check_all_collectives(Communicator& comm) {
       if (op == ReduceOp::kAvg && !is_floating(dtype)) continue;
       c.reductions(dtype, op);
     }
+    c.reductions(dtype, custom_sum(dtype));
     c.data_movement(dtype);
+    c.v_collectives(dtype);
   }
+  c.record_reductions();
   c.run("barrier", [&] { return comm.barrier(); });
   return c.failures;
 }

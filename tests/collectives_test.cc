@@ -140,9 +140,10 @@ TEST(AlgorithmTable, BadOverridesAreRefusedNamingThePart) {
     }
     return std::string("accepted");
   };
-  EXPECT_NE(refusal("all_reduce=ring").find("'all_reduce=ring': ring never runs all_reduce"),
+  EXPECT_NE(refusal("broadcast=ring").find("'broadcast=ring': ring never runs broadcast"),
             std::string::npos)
-      << refusal("all_reduce=ring");
+      << refusal("broadcast=ring");
+  EXPECT_EQ(refusal("all_reduce=ring,reduce=ring"), "accepted");
   EXPECT_NE(refusal("fast").find("'fast' is not an algorithm"), std::string::npos);
   EXPECT_NE(refusal("allreduce=slots").find("'allreduce' is not an op"), std::string::npos);
   EXPECT_NE(refusal("send=slots").find("slots never runs send"), std::string::npos);

@@ -1,5 +1,6 @@
 // The in-process backend: every collective x dtype x reduce op at several world sizes, p2p,
 // split, and the failure paths (timeouts, mismatched collectives, abort) at 2 to 64 ranks.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -34,6 +35,18 @@ std::vector<std::string> on_all_ranks(
   return all;
 }
 
+// The message of the kInvalidArgument that `call` throws, or "accepted".
+template <typename F>
+std::string refusal(F&& call) {
+  try {
+    call();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    return std::string(e.what());
+  }
+  return std::string("accepted");
+}
+
 class InprocWorld : public ::testing::TestWithParam<int> {};
 
 TEST_P(InprocWorld, EveryCollectiveDtypeAndReduceOp) {
@@ -60,6 +73,118 @@ TEST(Inproc, SixtyFourRanksAllReduceAndSplit) {
     std::vector<int64_t> y{world.rank()};
     group->all_reduce(view(y), ReduceOp::kMax)->wait();
     ASSERT_EQ(y[0], (world.rank() / 8) * 8 + 7);
+  });
+}
+
+// A Reducer that throws fails its op on the ranks where it threw, with a message naming it and
+// what it threw, after the op ran to its end (its peers are not left waiting); the communicator
+// goes on. Mistakes with Reducers and records are refused before anything is sent.
+TEST(Inproc, CustomReducerFailuresAndMistakes) {
+  const auto fussy =
+      Reducer::create("fussy_max", sizeof(int64_t), [](const void* in, void* inout, size_t count) {
+        const auto* a = static_cast<const int64_t*>(in);
+        auto* b = static_cast<int64_t*>(inout);
+        for (size_t i = 0; i < count; ++i) {
+          if (a[i] < 0 || b[i] < 0) {
+            throw std::domain_error("negative input");
+          }
+          b[i] = std::max(a[i], b[i]);
+        }
+      });
+  std::atomic<int> threw{0};
+  run_inproc(4, [&](Communicator& world) {
+    std::vector<int64_t> x(6, world.rank());
+    world.all_reduce(view(x), fussy)->wait();
+    for (int64_t v : x) ASSERT_EQ(v, 3);
+    std::vector<int64_t> bad(6, world.rank() == 2 ? -1 : 1);
+    try {
+      world.all_reduce(view(bad), fussy)->wait();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("reducer 'fussy_max' threw: negative input"),
+                std::string::npos)
+          << e.what();
+      ++threw;
+    }
+    // Still in step: the next op is right on every rank.
+    std::vector<int64_t> y(3, world.rank() + 1);
+    world.all_reduce(view(y), fussy)->wait();
+    for (int64_t v : y) ASSERT_EQ(v, 4);
+
+    std::vector<char> bytes(24);
+    EXPECT_NE(refusal([&] {
+                world.all_reduce(records(bytes.data(), 2, 12), ReduceOp::kSum);
+              }).find("12-byte records, which only a custom reducer folds"),
+              std::string::npos);
+    EXPECT_NE(refusal([&] {
+                world.all_reduce(records(bytes.data(), 3, 8), fussy)->wait();
+              }).find("accepted"),
+              std::string::npos);
+    EXPECT_NE(refusal([&] { world.all_reduce(records(bytes.data(), 2, 12), fussy); })
+                  .find("reducer 'fussy_max' folds 8-byte records but the buffer's elements have "
+                        "12 bytes"),
+              std::string::npos);
+    std::vector<float> f(2);
+    const auto typed = Reducer::create(
+        "f64_only", 8, [](const void*, void*, size_t) {}, DType::kF64);
+    EXPECT_NE(refusal([&] {
+                world.all_reduce(view(f), typed);
+              }).find("reducer 'f64_only' folds f64 but the buffer holds f32"),
+              std::string::npos);
+    EXPECT_NE(refusal([&] {
+                world.all_reduce(view(f), ReduceOp::kCustom);
+              }).find("a Reducer goes with ReduceOp::kCustom only"),
+              std::string::npos);
+    EXPECT_NE(refusal([&] {
+                world.broadcast(records(bytes.data(), 2, 12), 0);
+              }).find("only a custom reducer folds"),
+              std::string::npos);
+  });
+  EXPECT_GE(threw.load(), 1);
+  try {
+    Reducer::create(
+        "wrong", 4, [](const void*, void*, size_t) {}, DType::kF64);
+    ADD_FAILURE() << "a 4-byte reducer of f64 was created";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("its element size is 4 bytes but its dtype f64 has 8"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// The v-collectives refuse blocks that do not fit, before anything is sent, naming what is wrong.
+TEST(Inproc, VCollectiveMistakesAreNamed) {
+  run_inproc(3, [](Communicator& world) {
+    std::vector<float> in(2), out(10);
+    const size_t mine = world.rank() == 1 ? 2 : 1;
+    const std::vector<size_t> counts{1, 2, 1};
+    auto gather = [&](std::vector<size_t> c, std::vector<size_t> o, size_t n) {
+      return refusal([&] { world.all_gather_v(view(in.data(), n), view(out), c, o); });
+    };
+    EXPECT_NE(gather({1, 2}, {}, mine)
+                  .find("counts have 2 entries and offsets 2, but the group "
+                        "has 3 ranks"),
+              std::string::npos);
+    EXPECT_NE(
+        gather(counts, {0, 1, 10}, mine)
+            .find("block 2 (1 elements at offset 10) ends past the 10 elements of the output"),
+        std::string::npos);
+    EXPECT_NE(gather(counts, {0, 4, 5}, mine).find("blocks 1 and 2 overlap"), std::string::npos);
+    EXPECT_NE(
+        gather(counts, {}, mine + 1)
+            .find(fmt::format("input has {} elements but this rank's block (counts[{}]) has {}",
+                              mine + 1, world.rank(), mine)),
+        std::string::npos);
+    std::vector<float> whole(4), part(2);
+    EXPECT_NE(refusal([&] {
+                world.reduce_scatter_v(view(whole), view(part.data(), mine), counts,
+                                       std::vector<size_t>{0, 0, 3});
+              }).find("blocks 0 and 1 overlap"),
+              std::string::npos);
+    // Right at last: every rank's block, in reverse order with gaps, gathered and reduced.
+    std::vector<int32_t> mine_v(mine, world.rank() + 1), all(9, -1);
+    world.all_gather_v(view(mine_v), view(all), counts, std::vector<size_t>{7, 3, 0})->wait();
+    EXPECT_EQ(all, (std::vector<int32_t>{3, -1, -1, 2, 2, -1, -1, 1, -1}));
   });
 }
 

@@ -692,7 +692,8 @@ TEST(OpKinds, OneRowPerKindWithItsFacts) {
                         info.kind == OpKind::kGather || info.kind == OpKind::kScatter;
     EXPECT_EQ(info.rooted, rooted) << info.name;
     const bool reduces = info.kind == OpKind::kAllReduce || info.kind == OpKind::kReduce ||
-                         info.kind == OpKind::kReduceScatter;
+                         info.kind == OpKind::kReduceScatter ||
+                         info.kind == OpKind::kReduceScatterV;
     EXPECT_EQ(info.reduces, reduces) << info.name;
     const bool p2p =
         info.kind == OpKind::kSend || info.kind == OpKind::kRecv || info.kind == OpKind::kBatchP2P;

@@ -17,6 +17,9 @@ constexpr OpKindInfo kOpKinds[] = {
     {OpKind::kSend, "send", true, false, false, BusRule::kOne, SizeRule::kInput},
     {OpKind::kRecv, "recv", true, false, false, BusRule::kOne, SizeRule::kInput},
     {OpKind::kBatchP2P, "batch_p2p", true, false, false, BusRule::kOne, SizeRule::kLargerDirection},
+    {OpKind::kAllGatherV, "all_gather_v", false, false, false, BusRule::kRing, SizeRule::kOutput},
+    {OpKind::kReduceScatterV, "reduce_scatter_v", false, true, false, BusRule::kRing,
+     SizeRule::kInput},
     {OpKind::kCoalesced, "coalesced", false, false, false, BusRule::kZero, SizeRule::kNone},
 };
 

@@ -14,18 +14,20 @@ namespace meshrt {
 
 // Every op a communicator offers.
 enum class OpKind : uint8_t {
-  kAllReduce,      // Communicator::all_reduce.
-  kBroadcast,      // Communicator::broadcast.
-  kReduce,         // Communicator::reduce.
-  kAllGather,      // Communicator::all_gather.
-  kReduceScatter,  // Communicator::reduce_scatter.
-  kAllToAll,       // Communicator::all_to_all, even or uneven.
-  kGather,         // Communicator::gather.
-  kScatter,        // Communicator::scatter.
-  kBarrier,        // Communicator::barrier.
-  kSend,           // Communicator::send.
-  kRecv,           // Communicator::recv.
-  kBatchP2P,       // Communicator::batch_isend_irecv.
+  kAllReduce,       // Communicator::all_reduce.
+  kBroadcast,       // Communicator::broadcast.
+  kReduce,          // Communicator::reduce.
+  kAllGather,       // Communicator::all_gather.
+  kReduceScatter,   // Communicator::reduce_scatter.
+  kAllToAll,        // Communicator::all_to_all, even or uneven.
+  kGather,          // Communicator::gather.
+  kScatter,         // Communicator::scatter.
+  kBarrier,         // Communicator::barrier.
+  kSend,            // Communicator::send.
+  kRecv,            // Communicator::recv.
+  kBatchP2P,        // Communicator::batch_isend_irecv.
+  kAllGatherV,      // Communicator::all_gather_v: a block of its own size per rank.
+  kReduceScatterV,  // Communicator::reduce_scatter_v: a block of its own size per rank.
   // The closing entry of Communicator::start_coalescing()/end_coalescing(): done when every member
   // is. Moves no data of its own; never given to a backend.
   kCoalesced,
@@ -39,15 +41,15 @@ namespace meshrt::trace {
 enum class BusRule : uint8_t {
   kZero,        // barrier: moves no data.
   kOne,         // broadcast, reduce, send, recv, batches: bound by one link.
-  kRing,        // all_gather, reduce_scatter, all_to_all, gather, scatter: (n-1)/n.
+  kRing,        // all_gather(_v), reduce_scatter(_v), all_to_all, gather, scatter: (n-1)/n.
   kDoubleRing,  // all_reduce: 2(n-1)/n.
 };
 
 // Which bytes make the message size S (nccl-tests' convention).
 enum class SizeRule : uint8_t {
   kNone,             // barrier.
-  kInput,            // all_reduce, broadcast, reduce, reduce_scatter, send, recv.
-  kOutput,           // all_gather: the whole gathered array.
+  kInput,            // all_reduce, broadcast, reduce, reduce_scatter(_v), send, recv.
+  kOutput,           // all_gather(_v): the whole gathered array.
   kLargerBuffer,     // all_to_all: max(input, output) (uneven splits differ per rank).
   kRootOutput,       // gather: the root's output; elsewhere input x n.
   kRootInput,        // scatter: the root's input; elsewhere output x n.

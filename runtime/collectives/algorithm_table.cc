@@ -16,13 +16,16 @@ namespace {
 bool runs_kind(Algorithm algorithm, OpKind kind) {
   switch (algorithm) {
     case Algorithm::kLibrary:  // Debian's Gloo has no reduce_scatter of unbound buffers.
-      return kind != OpKind::kReduceScatter && kind != OpKind::kCoalesced;
+      return kind != OpKind::kReduceScatter && kind != OpKind::kCoalesced &&
+             kind != OpKind::kAllGatherV && kind != OpKind::kReduceScatterV;
     case Algorithm::kSlots:
       return !is_p2p(kind) && kind != OpKind::kCoalesced;
     case Algorithm::kRecursiveDoubling:
       return kind == OpKind::kAllReduce;
     case Algorithm::kRing:
-      return kind == OpKind::kReduceScatter;
+      return kind == OpKind::kReduceScatter || kind == OpKind::kAllReduce ||
+             kind == OpKind::kReduce || kind == OpKind::kAllGatherV ||
+             kind == OpKind::kReduceScatterV;
     case Algorithm::kHierarchical:
       return runs_hierarchically(kind);
     case Algorithm::kNone:
@@ -79,10 +82,14 @@ AlgorithmOverrides algorithm_overrides_from_env() {
 bool can_run(Algorithm algorithm, const Op& op, const GroupShape& group) {
   if (!runs_kind(algorithm, op.kind)) return false;
   switch (algorithm) {
+    case Algorithm::kLibrary:  // A library folds its own types only, never a caller's Reducer.
+      return op.reducer == nullptr;
     case Algorithm::kSlots:  // Uneven all_to_all's first exchange: 2n splits of 8 bytes.
       return group.slot_bytes > 0 &&
              (op.input_splits.empty() ||
-              group.slot_bytes >= 2 * sizeof(uint64_t) * static_cast<size_t>(group.size));
+              group.slot_bytes >= 2 * sizeof(uint64_t) * static_cast<size_t>(group.size)) &&
+             // One element of each rank's block per exchange: a large record may not fit.
+             op.input.element_bytes() * static_cast<size_t>(group.size) <= group.slot_bytes;
     case Algorithm::kRecursiveDoubling:  // Elsewhere the surplus ranks need extra steps.
       return std::has_single_bit(static_cast<unsigned>(group.size));
     case Algorithm::kHierarchical:
@@ -118,7 +125,10 @@ Algorithm select_algorithm(const Op& op, const GroupShape& group,
       (group.size == 2 || op.output.count >= 2 * static_cast<size_t>(group.size))) {
     return Algorithm::kRecursiveDoubling;
   }
-  if (op.kind == OpKind::kReduceScatter) return Algorithm::kRing;
+  if (op.kind == OpKind::kReduceScatter || op.kind == OpKind::kReduceScatterV ||
+      op.kind == OpKind::kAllGatherV || op.reducer) {
+    return Algorithm::kRing;
+  }
   return Algorithm::kLibrary;
 }
 

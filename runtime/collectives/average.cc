@@ -8,6 +8,7 @@ bool holds_reduced_result(const Op& op, int rank) {
   switch (op.kind) {
     case OpKind::kAllReduce:
     case OpKind::kReduceScatter:
+    case OpKind::kReduceScatterV:
       return true;
     case OpKind::kReduce:
       return rank == op.root;

@@ -54,46 +54,46 @@ void local_step(const Op& op, const HostTransports& t, const SlotStamp& stamp,
   if (t.local) run_through_slots(op, *t.local, stamp, deadline);
 }
 
-Op sub_op(OpKind kind, BufferView input, BufferView output, int root = 0,
-          ReduceOp reduce_op = ReduceOp::kSum) {
+Op sub_op(OpKind kind, BufferView input, BufferView output, int root = 0) {
   Op op;
   op.kind = kind;
   op.input = input;
   op.output = output;
   op.root = root;
-  op.reduce_op = reduce_op;
   return op;
 }
 
-// avg sums through every stage and divides once at the end, by the whole group's size.
-ReduceOp summing(ReduceOp r) { return r == ReduceOp::kAvg ? ReduceOp::kSum : r; }
+// A sub-op that folds as `parent` does, except that avg sums: the division comes once, at the
+// end, by the whole group's size.
+Op folding_sub_op(OpKind kind, BufferView input, BufferView output, const Op& parent) {
+  Op op = sub_op(kind, input, output);
+  op.reduce_op = parent.reduce_op == ReduceOp::kAvg ? ReduceOp::kSum : parent.reduce_op;
+  op.reducer = parent.reducer;
+  return op;
+}
 
-// all_reduce among a channel's ranks of `count` elements at `data`, in place.
-void all_reduce_pairs(char* data, size_t count, DType dtype, ReduceOp reduce_op, PairChannel& pairs,
-                      uint64_t tag, Clock::time_point deadline, HierarchicalScratch& scratch) {
-  const BufferView view{data, count, dtype, Device::cpu(), {}};
+// all_reduce among a channel's ranks of `data`, in place, folding as `parent` does.
+void all_reduce_pairs(const BufferView& data, const Op& parent, PairChannel& pairs, uint64_t tag,
+                      Clock::time_point deadline, HierarchicalScratch& scratch) {
   if (std::has_single_bit(static_cast<unsigned>(pairs.size())) &&
-      view.bytes() < kLeadersRingMinBytes) {
-    all_reduce_recursive_doubling(sub_op(OpKind::kAllReduce, view, view, 0, reduce_op), pairs, tag,
-                                  deadline, scratch.pairs);
+      data.bytes() < kLeadersRingMinBytes) {
+    all_reduce_recursive_doubling(folding_sub_op(OpKind::kAllReduce, data, data, parent), pairs,
+                                  tag, deadline, scratch.pairs);
   } else {
-    all_reduce_ring_in_place(data, count, dtype, reduce_op, pairs, tag, deadline, scratch.pairs);
+    all_reduce_ring_in_place(bytes_of(data), data.count, reduction_of(parent), pairs, tag, deadline,
+                             scratch.pairs);
   }
 }
 
 // all_reduce of op.input into `out`: reduce to the leader, all_reduce among leaders, broadcast.
 void all_reduce(const Op& op, BufferView out, const HostTransports& t, const SlotStamp& stamp,
                 uint64_t tag, Clock::time_point deadline, HierarchicalScratch& scratch) {
-  const ReduceOp reduce_op = summing(op.reduce_op);
   if (t.local) {
-    local_step(sub_op(OpKind::kReduce, op.input, out, 0, reduce_op), t, stamp, deadline);
+    local_step(folding_sub_op(OpKind::kReduce, op.input, out, op), t, stamp, deadline);
   } else if (out.data != op.input.data && out.count != 0) {
     std::memcpy(out.data, op.input.data, out.bytes());
   }
-  if (t.leaders) {
-    all_reduce_pairs(bytes_of(out), out.count, out.dtype, reduce_op, *t.leaders, tag, deadline,
-                     scratch);
-  }
+  if (t.leaders) all_reduce_pairs(out, op, *t.leaders, tag, deadline, scratch);
   local_step(sub_op(OpKind::kBroadcast, out, out), t, stamp, deadline);
   average_elements(op, out.data, out.count, static_cast<int>(t.layout->host_of.size()));
 }
@@ -107,9 +107,8 @@ void all_reduce_striped(const Op& op, const HostTransports& t, const SlotStamp& 
   const size_t parts = static_cast<size_t>(slots.size());
   const size_t me = static_cast<size_t>(slots.rank());
   const size_t count = op.output.count;
-  const DType dtype = op.output.dtype;
-  const size_t element_bytes = dtype_size_bytes(dtype);
-  const ReduceOp reduce_op = summing(op.reduce_op);
+  const size_t element_bytes = op.output.element_bytes();
+  const Reduction reduce = reduction_of(op);
   const size_t part = (count + parts - 1) / parts;
   auto part_count = [&](size_t j) { return std::min(part, count - std::min(count, j * part)); };
   const size_t piece = slots.slot_bytes() / element_bytes / parts;
@@ -130,14 +129,12 @@ void all_reduce_striped(const Op& op, const HostTransports& t, const SlotStamp& 
     if (k == 0) continue;
     char* target = out + (me * part + done) * element_bytes;
     const size_t offset = me * piece * element_bytes;
-    reduce_elements(dtype, reduce_op, target, slots.slot(0) + offset, slots.slot(1) + offset, k);
+    reduce(target, slots.slot(0) + offset, slots.slot(1) + offset, k);
     for (size_t q = 2; q < parts; ++q) {
-      reduce_elements(dtype, reduce_op, target, target, slots.slot(static_cast<int>(q)) + offset,
-                      k);
+      reduce(target, target, slots.slot(static_cast<int>(q)) + offset, k);
     }
   }
-  all_reduce_pairs(out + me * part * element_bytes, part_count(me), dtype, reduce_op, *t.rail, tag,
-                   deadline, scratch);
+  all_reduce_pairs(op.output.slice(me * part, part_count(me)), op, *t.rail, tag, deadline, scratch);
   // All-gather: each rank publishes the next piece of its part and copies the others'.
   for (size_t done = 0; done < part; done += piece) {
     const size_t mine = std::min(piece, part_count(me) - std::min(part_count(me), done));
@@ -185,19 +182,16 @@ void all_gather(const Op& op, const HostTransports& t, const SlotStamp& stamp, u
     scratch.by_host.resize(op.output.bytes());
     by_host = scratch.by_host.data();
   }
-  const BufferView host_blocks{by_host + layout.first_block[host] * block_bytes,
-                               layout.ranks[host].size() * count,
-                               op.input.dtype,
-                               op.input.device,
-                               {}};
+  const BufferView host_blocks = op.input.retarget(by_host + layout.first_block[host] * block_bytes,
+                                                   layout.ranks[host].size() * count);
   if (t.local) {
     local_step(sub_op(OpKind::kGather, op.input, host_blocks), t, stamp, deadline);
   } else if (block_bytes != 0) {
     std::memmove(host_blocks.data, op.input.data, block_bytes);
   }
   if (t.leaders) {
-    all_gather_ring_in_place(by_host, op.input.dtype, leaders_blocks(layout, count, scratch),
-                             *t.leaders, tag, deadline);
+    all_gather_ring_in_place(by_host, op.input.element_bytes(),
+                             leaders_blocks(layout, count, scratch), *t.leaders, tag, deadline);
     if (!layout.host_order_is_group_order) {
       permute(layout, by_host, bytes_of(op.output), block_bytes, false);
     }
@@ -208,7 +202,6 @@ void all_gather(const Op& op, const HostTransports& t, const SlotStamp& stamp, u
 void reduce_scatter(const Op& op, const HostTransports& t, const SlotStamp& stamp, uint64_t tag,
                     Clock::time_point deadline, HierarchicalScratch& scratch) {
   const HostLayout& layout = *t.layout;
-  const ReduceOp reduce_op = summing(op.reduce_op);
   const size_t count = op.output.count;
   const size_t block_bytes = op.output.bytes();
   const int host = layout.host_of[t.rank];
@@ -225,26 +218,22 @@ void reduce_scatter(const Op& op, const HostTransports& t, const SlotStamp& stam
       folded = scratch.result.data();
     }
   }
-  const BufferView folded_view{folded, op.input.count, op.input.dtype, op.input.device, {}};
+  const BufferView folded_view = op.input.retarget(folded, op.input.count);
   if (t.local) {
-    local_step(sub_op(OpKind::kReduce, op.input, folded_view, 0, reduce_op), t, stamp, deadline);
+    local_step(folding_sub_op(OpKind::kReduce, op.input, folded_view, op), t, stamp, deadline);
   } else if (op.input.count != 0) {
     std::memcpy(folded, op.input.data, op.input.bytes());
   }
   if (t.leaders) {
     if (!layout.host_order_is_group_order) permute(layout, folded, by_host, block_bytes, true);
-    reduce_scatter_ring_in_place(by_host, op.input.dtype, reduce_op,
-                                 leaders_blocks(layout, count, scratch), *t.leaders, tag, deadline,
-                                 scratch.pairs);
+    reduce_scatter_ring_in_place(by_host, reduction_of(op), leaders_blocks(layout, count, scratch),
+                                 *t.leaders, tag, deadline, scratch.pairs);
   }
   // The leader holds its host's blocks, reduced over every host: it scatters them.
   const size_t first = layout.first_block[host] * block_bytes;
   if (t.local) {
-    const BufferView host_blocks{by_host == nullptr ? nullptr : by_host + first,
-                                 layout.ranks[host].size() * count,
-                                 op.output.dtype,
-                                 op.output.device,
-                                 {}};
+    const BufferView host_blocks = op.output.retarget(
+        by_host == nullptr ? nullptr : by_host + first, layout.ranks[host].size() * count);
     local_step(sub_op(OpKind::kScatter, host_blocks, op.output), t, stamp, deadline);
   } else if (block_bytes != 0) {
     std::memcpy(op.output.data, by_host + first, block_bytes);

@@ -30,8 +30,7 @@ void all_reduce_recursive_doubling(const Op& op, PairChannel& pairs, uint64_t ta
     if (bytes != 0) std::memcpy(mine, op.output.data, bytes);
     pairs.send_recv(peer, mine, bytes, peer, theirs, bytes, tag, deadline);
     const bool lower = (rank & bit) == 0;
-    reduce_elements(op.output.dtype, op.reduce_op, op.output.data, lower ? mine : theirs,
-                    lower ? theirs : mine, op.output.count);
+    reduction_of(op)(op.output.data, lower ? mine : theirs, lower ? theirs : mine, op.output.count);
   }
   finish_average(op, rank, n);
 }
@@ -55,6 +54,7 @@ void reduce_scatter_ring(const Op& op, PairChannel& pairs, uint64_t tag,
   scratch.a.resize(bytes);
   scratch.b.resize(bytes);
   scratch.c.resize(bytes);
+  const Reduction reduce = reduction_of(op);
   const char* outgoing = block(rank - 1);
   for (int step = 0; step < n - 1; ++step) {
     const bool last = step == n - 2;
@@ -65,21 +65,20 @@ void reduce_scatter_ring(const Op& op, PairChannel& pairs, uint64_t tag,
     pairs.send_recv(right, outgoing, bytes, left, scratch.c.data(), bytes, tag, deadline, [&] {
       // The last step writes the output, which may alias this rank's input block: that block
       // is read only here, as the second operand, element by element.
-      reduce_elements(op.input.dtype, op.reduce_op, target, scratch.c.data(),
-                      block(rank - step - 2), count);
+      reduce(target, scratch.c.data(), block(rank - step - 2), count);
     });
     outgoing = target;
   }
   finish_average(op, rank, n);
 }
 
-void reduce_scatter_ring_in_place(char* data, DType dtype, ReduceOp reduce_op, const Blocks& blocks,
+void reduce_scatter_ring_in_place(char* data, const Reduction& reduce, const Blocks& blocks,
                                   PairChannel& pairs, uint64_t tag,
                                   std::chrono::steady_clock::time_point deadline,
                                   PairScratch& scratch) {
   const int n = pairs.size();
   const int rank = pairs.rank();
-  const size_t element_bytes = dtype_size_bytes(dtype);
+  const size_t element_bytes = reduce.element_bytes;
   auto at = [&](int i) { return data + blocks.offsets[wrap(i, n)] * element_bytes; };
   auto count = [&](int i) { return blocks.counts[wrap(i, n)]; };
   size_t most = 0;
@@ -90,18 +89,17 @@ void reduce_scatter_ring_in_place(char* data, DType dtype, ReduceOp reduce_op, c
   for (int step = 0; step < n - 1; ++step) {
     const int out = rank - step - 1;
     const int in = rank - step - 2;
-    pairs.send_recv(
-        wrap(rank + 1, n), at(out), count(out) * element_bytes, wrap(rank - 1, n), scratch.c.data(),
-        count(in) * element_bytes, tag, deadline,
-        [&] { reduce_elements(dtype, reduce_op, at(in), at(in), scratch.c.data(), count(in)); });
+    pairs.send_recv(wrap(rank + 1, n), at(out), count(out) * element_bytes, wrap(rank - 1, n),
+                    scratch.c.data(), count(in) * element_bytes, tag, deadline,
+                    [&] { reduce(at(in), at(in), scratch.c.data(), count(in)); });
   }
 }
 
-void all_gather_ring_in_place(char* data, DType dtype, const Blocks& blocks, PairChannel& pairs,
-                              uint64_t tag, std::chrono::steady_clock::time_point deadline) {
+void all_gather_ring_in_place(char* data, size_t element_bytes, const Blocks& blocks,
+                              PairChannel& pairs, uint64_t tag,
+                              std::chrono::steady_clock::time_point deadline) {
   const int n = pairs.size();
   const int rank = pairs.rank();
-  const size_t element_bytes = dtype_size_bytes(dtype);
   auto at = [&](int i) { return data + blocks.offsets[wrap(i, n)] * element_bytes; };
   auto bytes = [&](int i) { return blocks.counts[wrap(i, n)] * element_bytes; };
   for (int step = 0; step < n - 1; ++step) {
@@ -112,9 +110,8 @@ void all_gather_ring_in_place(char* data, DType dtype, const Blocks& blocks, Pai
   }
 }
 
-void all_reduce_ring_in_place(char* data, size_t count, DType dtype, ReduceOp reduce_op,
-                              PairChannel& pairs, uint64_t tag,
-                              std::chrono::steady_clock::time_point deadline,
+void all_reduce_ring_in_place(char* data, size_t count, const Reduction& reduce, PairChannel& pairs,
+                              uint64_t tag, std::chrono::steady_clock::time_point deadline,
                               PairScratch& scratch) {
   const size_t n = static_cast<size_t>(pairs.size());
   std::vector<size_t> offsets(n), counts(n);
@@ -123,8 +120,50 @@ void all_reduce_ring_in_place(char* data, size_t count, DType dtype, ReduceOp re
     counts[i] = count * (i + 1) / n - offsets[i];
   }
   const Blocks blocks{offsets, counts};
-  reduce_scatter_ring_in_place(data, dtype, reduce_op, blocks, pairs, tag, deadline, scratch);
-  all_gather_ring_in_place(data, dtype, blocks, pairs, tag, deadline);
+  reduce_scatter_ring_in_place(data, reduce, blocks, pairs, tag, deadline, scratch);
+  all_gather_ring_in_place(data, reduce.element_bytes, blocks, pairs, tag, deadline);
+}
+
+void all_reduce_ring(const Op& op, PairChannel& pairs, uint64_t tag,
+                     std::chrono::steady_clock::time_point deadline, PairScratch& scratch) {
+  BufferView out = op.output;
+  if (op.kind == OpKind::kReduce && pairs.rank() != op.root) {
+    scratch.a.resize(out.bytes());
+    out.data = scratch.a.data();
+  }
+  if (out.data != op.input.data && out.bytes() != 0) {
+    std::memmove(out.data, op.input.data, out.bytes());
+  }
+  all_reduce_ring_in_place(static_cast<char*>(out.data), out.count, reduction_of(op), pairs, tag,
+                           deadline, scratch);
+  finish_average(op, pairs.rank(), pairs.size());
+}
+
+void all_gather_v_ring(const Op& op, PairChannel& pairs, uint64_t tag,
+                       std::chrono::steady_clock::time_point deadline) {
+  const size_t es = op.output.element_bytes();
+  char* out = static_cast<char*>(op.output.data);
+  char* mine = out + op.block_offsets[static_cast<size_t>(pairs.rank())] * es;
+  if (mine != op.input.data && op.input.count != 0) {
+    std::memcpy(mine, op.input.data, op.input.bytes());
+  }
+  all_gather_ring_in_place(out, es, Blocks{op.block_offsets, op.block_counts}, pairs, tag,
+                           deadline);
+}
+
+void reduce_scatter_v_ring(const Op& op, PairChannel& pairs, uint64_t tag,
+                           std::chrono::steady_clock::time_point deadline, PairScratch& scratch) {
+  const size_t es = op.input.element_bytes();
+  scratch.a.resize(op.input.bytes());
+  if (op.input.count != 0) std::memcpy(scratch.a.data(), op.input.data, op.input.bytes());
+  reduce_scatter_ring_in_place(scratch.a.data(), reduction_of(op),
+                               Blocks{op.block_offsets, op.block_counts}, pairs, tag, deadline,
+                               scratch);
+  const size_t me = static_cast<size_t>(pairs.rank());
+  if (op.output.count != 0) {
+    std::memcpy(op.output.data, scratch.a.data() + op.block_offsets[me] * es, op.output.bytes());
+  }
+  finish_average(op, pairs.rank(), pairs.size());
 }
 
 void broadcast_tree(char* data, size_t bytes, int root, PairChannel& pairs, uint64_t tag,

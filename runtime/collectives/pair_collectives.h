@@ -41,24 +41,41 @@ struct Blocks {
 };
 
 // reduce_scatter in place by a ring: afterwards rank r's block of `data` holds the reduction of
-// every rank's block r (`reduce_op`, never avg); the other blocks hold partial sums. n-1 steps on
-// `tag`, each sending one block to the right neighbour and folding the one from the left.
-void reduce_scatter_ring_in_place(char* data, DType dtype, ReduceOp reduce_op, const Blocks& blocks,
+// every rank's block r (by `reduce`, never avg); the other blocks hold partial results. n-1 steps
+// on `tag`, each sending one block to the right neighbour and folding the one from the left.
+void reduce_scatter_ring_in_place(char* data, const Reduction& reduce, const Blocks& blocks,
                                   PairChannel& pairs, uint64_t tag,
                                   std::chrono::steady_clock::time_point deadline,
                                   PairScratch& scratch);
 
 // all_gather in place by a ring: rank r's block of `data` goes to every rank's block r. n-1 steps
-// on `tag`, each passing on the block that arrived in the step before.
-void all_gather_ring_in_place(char* data, DType dtype, const Blocks& blocks, PairChannel& pairs,
-                              uint64_t tag, std::chrono::steady_clock::time_point deadline);
+// on `tag`, each passing on the block that arrived in the step before. Blocks count elements of
+// `element_bytes`.
+void all_gather_ring_in_place(char* data, size_t element_bytes, const Blocks& blocks,
+                              PairChannel& pairs, uint64_t tag,
+                              std::chrono::steady_clock::time_point deadline);
 
 // all_reduce of `count` elements at `data` in place: the ring's reduce_scatter then all_gather
 // over n near-equal blocks, so every rank moves 2(n-1)/n of the buffer and every block is folded
 // once, on one rank, so every rank ends with the same bits.
-void all_reduce_ring_in_place(char* data, size_t count, DType dtype, ReduceOp reduce_op,
-                              PairChannel& pairs, uint64_t tag,
-                              std::chrono::steady_clock::time_point deadline, PairScratch& scratch);
+void all_reduce_ring_in_place(char* data, size_t count, const Reduction& reduce, PairChannel& pairs,
+                              uint64_t tag, std::chrono::steady_clock::time_point deadline,
+                              PairScratch& scratch);
+
+// all_reduce or reduce of `op` by all_reduce_ring_in_place on its output (a reduce's non-roots
+// work in scratch and keep their output), then the avg rule.
+void all_reduce_ring(const Op& op, PairChannel& pairs, uint64_t tag,
+                     std::chrono::steady_clock::time_point deadline, PairScratch& scratch);
+
+// all_gather_v of `op` by the ring: this rank's input into its block of the output, then
+// all_gather_ring_in_place over the op's blocks.
+void all_gather_v_ring(const Op& op, PairChannel& pairs, uint64_t tag,
+                       std::chrono::steady_clock::time_point deadline);
+
+// reduce_scatter_v of `op` by the ring: reduce_scatter_ring_in_place over a copy of the input
+// cut in the op's blocks, this rank's block to the output, then the avg rule.
+void reduce_scatter_v_ring(const Op& op, PairChannel& pairs, uint64_t tag,
+                           std::chrono::steady_clock::time_point deadline, PairScratch& scratch);
 
 // Broadcast of `bytes` at `data` from rank `root` by a binomial tree: ceil(log2 n) rounds.
 void broadcast_tree(char* data, size_t bytes, int root, PairChannel& pairs, uint64_t tag,

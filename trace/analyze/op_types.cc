@@ -15,6 +15,10 @@ uint16_t kind_flags(OpKind kind) {
       return kSymmetric;
     case OpKind::kAllToAll:
       return kSymmetric | kAllToAll | kSkipInputSizes | kSkipOutputSizes;
+    case OpKind::kAllGatherV:  // Each rank gives its own block; the gathered whole agrees.
+      return kSymmetric | kSkipInputSizes;
+    case OpKind::kReduceScatterV:
+      return kSymmetric | kSkipOutputSizes;
     case OpKind::kScatter:
       return kSkipInputSizes | kSkipInputDtypes;
     case OpKind::kGather:

@@ -93,7 +93,7 @@ T* typed(const BufferView& b) {
 }
 
 char* byte_at(const BufferView& b, size_t element) {
-  return static_cast<char*>(b.data) + element * dtype_size_bytes(b.dtype);
+  return static_cast<char*>(b.data) + element * b.element_bytes();
 }
 
 // Gloo reports failures as exceptions whose text says what happened; keep the text, pick a code.
@@ -250,7 +250,16 @@ class GlooBackend : public Backend {
       case Algorithm::kRecursiveDoubling:
         return all_reduce_recursive_doubling(op, pairs_, tag(op), deadline, pair_scratch_);
       case Algorithm::kRing:
-        return reduce_scatter_ring(op, pairs_, tag(op), deadline, pair_scratch_);
+        switch (op.kind) {
+          case OpKind::kReduceScatter:
+            return reduce_scatter_ring(op, pairs_, tag(op), deadline, pair_scratch_);
+          case OpKind::kAllGatherV:
+            return all_gather_v_ring(op, pairs_, tag(op), deadline);
+          case OpKind::kReduceScatterV:
+            return reduce_scatter_v_ring(op, pairs_, tag(op), deadline, pair_scratch_);
+          default:
+            return all_reduce_ring(op, pairs_, tag(op), deadline, pair_scratch_);
+        }
       case Algorithm::kHierarchical:
         try {
           return diagnosing_timeouts(op, [&] {
@@ -344,7 +353,10 @@ class GlooBackend : public Backend {
         });
         return;
       case OpKind::kReduceScatter:  // Debian's Gloo has none of unbound buffers.
-        throw Error(ErrorCode::kInternal, {}, "gloo: no library reduce_scatter");
+      case OpKind::kAllGatherV:     // meshrt's slots or ring run these (algorithm_table.cc).
+      case OpKind::kReduceScatterV:
+        throw Error(ErrorCode::kInternal, {},
+                    fmt::format("gloo: no library {}", op_kind_name(op.kind)));
       case OpKind::kAllToAll:
         with_type(dtype, [&](auto t) {
           using T = decltype(t);

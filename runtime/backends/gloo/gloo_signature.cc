@@ -1,8 +1,11 @@
 #include "runtime/backends/gloo/gloo_signature.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "runtime/reduce_op.h"
@@ -12,7 +15,10 @@ namespace {
 
 // The buffer whose count every rank must agree on: the block, where the ops have one.
 const BufferView& agreed_buffer(const Op& op) {
-  return op.kind == OpKind::kReduceScatter || op.kind == OpKind::kScatter ? op.output : op.input;
+  return op.kind == OpKind::kReduceScatter || op.kind == OpKind::kScatter ||
+                 op.kind == OpKind::kAllGatherV
+             ? op.output
+             : op.input;
 }
 
 bool rooted(OpKind k) {
@@ -20,8 +26,10 @@ bool rooted(OpKind k) {
          k == OpKind::kScatter;
 }
 bool reduces(OpKind k) {
-  return k == OpKind::kAllReduce || k == OpKind::kReduce || k == OpKind::kReduceScatter;
+  return k == OpKind::kAllReduce || k == OpKind::kReduce || k == OpKind::kReduceScatter ||
+         k == OpKind::kReduceScatterV;
 }
+bool has_blocks(OpKind k) { return k == OpKind::kAllGatherV || k == OpKind::kReduceScatterV; }
 bool uneven(const Op& op) { return op.kind == OpKind::kAllToAll && !op.input_splits.empty(); }
 
 // A multiply-xorshift mix of the words (splitmix64's constants): the same on every rank for the
@@ -35,6 +43,21 @@ uint32_t mix(std::initializer_list<uint64_t> words) {
   return static_cast<uint32_t>(h >> 32);
 }
 
+std::string element_name(const BufferView& b) {
+  return b.record_bytes != 0 ? fmt::format("{}-byte records", b.record_bytes)
+                             : std::string(dtype_name(b.dtype));
+}
+
+std::string_view reduction_name(const Op& op) {
+  return op.reducer ? op.reducer->name() : reduce_op_name(op.reduce_op);
+}
+
+// Ranks that fold by different reducers (same sizes) disagree in the tag too.
+uint64_t reduction_word(const Op& op) {
+  return op.reducer ? std::hash<std::string_view>{}(op.reducer->name())
+                    : static_cast<uint64_t>(op.reduce_op);
+}
+
 }  // namespace
 
 std::string gloo_signature(const Op& op) {
@@ -44,10 +67,14 @@ std::string gloo_signature(const Op& op) {
   if (uneven(op)) {
     s += fmt::format(" with splits of {}", dtype_name(b.dtype));  // Counts travel first.
   } else {
-    s += fmt::format(" of {} x {} ({} bytes)", b.count, dtype_name(b.dtype), b.bytes());
+    s += fmt::format(" of {} x {} ({} bytes)", b.count, element_name(b), b.bytes());
   }
   if (rooted(op.kind)) s += fmt::format(", root {}", op.root);
-  if (reduces(op.kind)) s += fmt::format(", {}", reduce_op_name(op.reduce_op));
+  if (reduces(op.kind)) s += fmt::format(", {}", reduction_name(op));
+  if (has_blocks(op.kind)) {
+    s += fmt::format(", blocks of [{}] at [{}]", fmt::join(op.block_counts, ", "),
+                     fmt::join(op.block_offsets, ", "));
+  }
   return s;
 }
 
@@ -57,7 +84,7 @@ uint32_t gloo_tag(const Op& op) {
   const uint32_t h =
       mix({static_cast<uint64_t>(op.kind), uneven(op) ? ~uint64_t{0} : b.count,
            static_cast<uint64_t>(b.dtype), rooted(op.kind) ? static_cast<uint64_t>(op.root) : 0,
-           reduces(op.kind) ? static_cast<uint64_t>(op.reduce_op) : 0});
+           reduces(op.kind) ? reduction_word(op) : 0, b.record_bytes, blocks_hash(op)});
   return seq | (h << 16);
 }
 

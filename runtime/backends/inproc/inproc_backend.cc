@@ -242,7 +242,7 @@ std::pair<size_t, size_t> block(size_t n, int parts, int i) {
 }
 
 char* at(const BufferView& b, size_t element) {
-  return static_cast<char*>(b.data) + element * dtype_size_bytes(b.dtype);
+  return static_cast<char*>(b.data) + element * b.element_bytes();
 }
 
 // memcpy that accepts empty ranges with null pointers (blocks are empty when count < ranks).
@@ -299,17 +299,23 @@ class InprocBackend : public Backend {
   }
 
  private:
-  // What must agree across ranks for an op to be safe: kind, root, dtype, reduce op and the
-  // element count that sizes every rank's buffers.
-  static std::tuple<OpKind, int, DType, ReduceOp, size_t> signature(const Op& op) {
+  // What must agree across ranks for an op to be safe: kind, root, dtype, reduction (built-in or
+  // a Reducer's name), the element count that sizes every rank's buffers and the record size.
+  static std::tuple<OpKind, int, DType, std::string_view, size_t, size_t, uint64_t> signature(
+      const Op& op) {
     const bool reduces = op.kind == OpKind::kAllReduce || op.kind == OpKind::kReduce ||
                          op.kind == OpKind::kReduceScatter;
-    const bool per_output = op.kind == OpKind::kReduceScatter || op.kind == OpKind::kScatter;
+    // The buffer every rank sizes alike: the block, or the whole of a v-collective.
+    const bool per_output = op.kind == OpKind::kReduceScatter || op.kind == OpKind::kScatter ||
+                            op.kind == OpKind::kAllGatherV;
     size_t count = per_output ? op.output.count : op.input.count;
     if (op.kind == OpKind::kBarrier || !op.input_splits.empty()) count = 0;
     const DType dtype =
         per_output ? op.output.dtype : (op.kind == OpKind::kBarrier ? DType::kF32 : op.input.dtype);
-    return {op.kind, op.root, dtype, reduces ? op.reduce_op : ReduceOp::kSum, count};
+    const std::string_view reduction =
+        !reduces ? "" : (op.reducer ? op.reducer->name() : reduce_op_name(op.reduce_op));
+    const size_t record_bytes = per_output ? op.output.record_bytes : op.input.record_bytes;
+    return {op.kind, op.root, dtype, reduction, count, record_bytes, blocks_hash(op)};
   }
 
   // Ranks that called different collectives all fail with the same message, before any copy
@@ -320,9 +326,13 @@ class InprocBackend : public Backend {
       const auto other = signature(group_->slot(r));
       if (other == first) continue;
       auto describe = [](const auto& s) {
-        return fmt::format("{}(root {}, {}, {}, {} elements)", op_kind_name(std::get<0>(s)),
-                           std::get<1>(s), dtype_name(std::get<2>(s)),
-                           reduce_op_name(std::get<3>(s)), std::get<4>(s));
+        const std::string type = std::get<5>(s) != 0
+                                     ? fmt::format("{}-byte records", std::get<5>(s))
+                                     : std::string(dtype_name(std::get<2>(s)));
+        return fmt::format(
+            "{}(root {}, {}, {}, {} elements{})", op_kind_name(std::get<0>(s)), std::get<1>(s),
+            type, std::get<3>(s), std::get<4>(s),
+            std::get<6>(s) != 0 ? fmt::format(", blocks #{:x}", std::get<6>(s)) : std::string());
       };
       throw Error(ErrorCode::kInvalidArgument, {},
                   fmt::format("collective mismatch: rank {} called {} but rank {} called {}",
@@ -359,13 +369,13 @@ class InprocBackend : public Backend {
 
   // Reduces block [b, e) of every rank's input (at `offset` elements in each) into `scratch_`.
   const char* reduce_block(const Op& op, size_t offset, size_t len) {
-    const size_t es = dtype_size_bytes(op.input.dtype);
+    const size_t es = op.input.element_bytes();
     scratch_.resize(len * es);
     if (len == 0) return scratch_.data();
     copy(scratch_.data(), at(group_->slot(0).input, offset), len * es);
+    const Reduction reduce = reduction_of(op);
     for (int q = 1; q < group_->size(); ++q) {
-      reduce_elements(op.input.dtype, op.reduce_op, scratch_.data(), scratch_.data(),
-                      at(group_->slot(q).input, offset), len);
+      reduce(scratch_.data(), scratch_.data(), at(group_->slot(q).input, offset), len);
     }
     average_elements(op, scratch_.data(), len, group_->size());
     return scratch_.data();
@@ -373,8 +383,7 @@ class InprocBackend : public Backend {
 
   void collective(const Op& op) {
     const int n = group_->size();
-    const size_t es =
-        dtype_size_bytes(op.kind == OpKind::kScatter ? op.output.dtype : op.input.dtype);
+    const size_t es = (op.kind == OpKind::kScatter ? op.output : op.input).element_bytes();
     switch (op.kind) {
       case OpKind::kBarrier:
         return;
@@ -393,6 +402,18 @@ class InprocBackend : public Backend {
         copy(op.output.data, result, op.output.count * es);
         return;
       }
+      case OpKind::kReduceScatterV: {
+        const size_t me = static_cast<size_t>(rank_);
+        const char* result = reduce_block(op, op.block_offsets[me], op.block_counts[me]);
+        copy(op.output.data, result, op.output.count * es);
+        return;
+      }
+      case OpKind::kAllGatherV:
+        for (int q = 0; q < n; ++q) {
+          char* dst = at(group_->slot(q).output, op.block_offsets[static_cast<size_t>(rank_)]);
+          if (dst != op.input.data) copy(dst, op.input.data, op.input.bytes());
+        }
+        return;
       case OpKind::kBroadcast:
         if (rank_ != op.root) {
           copy(op.output.data, group_->slot(op.root).input.data, op.output.bytes());

@@ -66,6 +66,8 @@ class MpiPendingOp final : public PendingOp {
     if (!abandoned_) return;
     // The communicator is aborted, and no MPI call can cancel a collective.
     keep_forever(std::move(ints_), std::move(scratch_));
+    keep_forever({}, std::move(packed_));
+    (void)fold_.release();  // MPI may still call its datatype's fold.  NOLINT: kept on purpose.
   }
 
   // A new request slot for the non-blocking call.
@@ -80,6 +82,11 @@ class MpiPendingOp final : public PendingOp {
   }
   // An int array that lives as long as the op (alltoallv's counts and displacements).
   int* ints(size_t n) { return ints_.emplace_back(n).data(); }
+  // Scratch space for an input that MPI needs laid out otherwise (`bytes`, as long as the op).
+  void* packed(size_t bytes) {
+    packed_.resize(bytes);
+    return packed_.data();
+  }
   // Scratch space whose first `bytes` are copied to `dst` when the op completes.
   void* scratch_copied_to(void* dst, size_t bytes) {
     scratch_.resize(bytes);
@@ -90,6 +97,11 @@ class MpiPendingOp final : public PendingOp {
   void divide_after(const BufferView& out, size_t divisor) {
     divide_ = out;
     divisor_ = divisor;
+  }
+  // A custom reduction's datatype and op, for as long as the op runs.
+  const MpiCustomFold& fold_by(std::shared_ptr<const Reducer> reducer) {
+    fold_ = std::make_unique<MpiCustomFold>(std::move(reducer));
+    return *fold_;
   }
   const char* call() const { return call_; }
   void set_call(const char* call) { call_ = call; }
@@ -107,6 +119,7 @@ class MpiPendingOp final : public PendingOp {
     scratch_.clear();
     copy_to_ = nullptr;
     divisor_ = 0;
+    fold_.reset();
     done_ = false;
   }
 
@@ -159,6 +172,11 @@ class MpiPendingOp final : public PendingOp {
       std::memcpy(copy_to_, scratch_.data(), scratch_.size());
     }
     if (divisor_ > 1) divide_elements(divide_.dtype, divide_.data, divide_.count, divisor_);
+    if (fold_) {
+      std::optional<std::string> failure = fold_->failure();
+      fold_.reset();
+      if (failure) throw Error(ErrorCode::kInvalidArgument, {}, *failure);
+    }
   }
 
   const char* call_;
@@ -167,6 +185,8 @@ class MpiPendingOp final : public PendingOp {
   std::vector<Recv> recvs_;
   std::vector<std::vector<int>> ints_;
   std::vector<char> scratch_;
+  std::vector<char> packed_;
+  std::unique_ptr<MpiCustomFold> fold_;
   void* copy_to_ = nullptr;
   BufferView divide_;
   size_t divisor_ = 0;
@@ -249,7 +269,7 @@ bool MpiBackend::blocking(const Op& op) {
 
 std::unique_ptr<PendingOp> MpiBackend::launch(const Op& op) {
   const bool block = blocking(op);
-  if (block && op.kind == OpKind::kAllReduce && op.reduce_op != ReduceOp::kAvg) {
+  if (block && op.kind == OpKind::kAllReduce && op.reduce_op != ReduceOp::kAvg && !op.reducer) {
     // The latency-bound op of training loops: nothing to finish after the call, so no op object
     // (its bookkeeping was ~100 instructions per op, docs/performance.md).
     const BufferView& out = op.output;
@@ -277,12 +297,23 @@ std::unique_ptr<PendingOp> MpiBackend::launch(const Op& op) {
   } while (0)
   const BufferView& in = op.input;
   const BufferView& out = op.output;
-  const size_t es = dtype_size_bytes(out.dtype);
+  const size_t es = out.element_bytes();
+  // A Reducer folds its own datatype; built-in ops fold MPI's types or meshrt's kernels.
+  MPI_Datatype fold_type = MPI_DATATYPE_NULL;
+  MPI_Op fold_op = MPI_OP_NULL;
+  if (op.reducer) {
+    fold_type = p->fold_by(op.reducer).datatype();
+    fold_op = MpiCustomFold::op();
+  } else if (op.kind == OpKind::kAllReduce || op.kind == OpKind::kReduce ||
+             op.kind == OpKind::kReduceScatter || op.kind == OpKind::kReduceScatterV) {
+    fold_type = mpi_datatype(in.dtype);
+    fold_op = mpi_reduce_op(in.dtype, op.reduce_op);
+  }
   switch (op.kind) {
     case OpKind::kAllReduce: {
       const void* send = in.data == out.data ? MPI_IN_PLACE : in.data;
-      MESHRT_MPI_CALL(MPI_Allreduce, MPI_Iallreduce, send, out.data, to_count(out.count),
-                      mpi_datatype(out.dtype), mpi_reduce_op(out.dtype, op.reduce_op), comm_);
+      MESHRT_MPI_CALL(MPI_Allreduce, MPI_Iallreduce, send, out.data, to_count(out.count), fold_type,
+                      fold_op, comm_);
       break;
     }
     case OpKind::kBroadcast:
@@ -293,8 +324,7 @@ std::unique_ptr<PendingOp> MpiBackend::launch(const Op& op) {
       const bool root = rank_ == op.root;
       const void* send = root && in.data == out.data ? MPI_IN_PLACE : in.data;
       MESHRT_MPI_CALL(MPI_Reduce, MPI_Ireduce, send, root ? out.data : nullptr, to_count(in.count),
-                      mpi_datatype(in.dtype), mpi_reduce_op(in.dtype, op.reduce_op), op.root,
-                      comm_);
+                      fold_type, fold_op, op.root, comm_);
       break;
     }
     case OpKind::kAllGather: {
@@ -311,7 +341,50 @@ std::unique_ptr<PendingOp> MpiBackend::launch(const Op& op) {
       const bool in_place = out.data == static_cast<char*>(in.data) + rank_ * out.count * es;
       void* recv = in_place ? p->scratch_copied_to(out.data, out.bytes()) : out.data;
       MESHRT_MPI_CALL(MPI_Reduce_scatter_block, MPI_Ireduce_scatter_block, in.data, recv, c,
-                      mpi_datatype(in.dtype), mpi_reduce_op(in.dtype, op.reduce_op), comm_);
+                      fold_type, fold_op, comm_);
+      break;
+    }
+    case OpKind::kAllGatherV: {
+      // Counts and displacements in one MPI type's elements: the dtype's, or bytes of records.
+      const size_t unit = out.record_bytes != 0 ? out.record_bytes : 1;
+      const MPI_Datatype t = out.record_bytes != 0 ? MPI_BYTE : mpi_datatype(out.dtype);
+      int* counts = p->ints(size_);
+      int* displs = p->ints(size_);
+      for (int q = 0; q < size_; ++q) {
+        counts[q] = to_count(op.block_counts[q] * unit);
+        displs[q] = to_count(op.block_offsets[q] * unit);
+      }
+      const bool in_place = in.data == static_cast<char*>(out.data) + op.block_offsets[rank_] * es;
+      MESHRT_MPI_CALL(MPI_Allgatherv, MPI_Iallgatherv, in_place ? MPI_IN_PLACE : in.data,
+                      counts[rank_], t, out.data, counts, displs, t, comm_);
+      break;
+    }
+    case OpKind::kReduceScatterV: {
+      // MPI's blocks follow one another in rank order: other layouts are packed so first.
+      int* counts = p->ints(size_);
+      bool repack = false;
+      size_t total = 0;
+      for (int q = 0; q < size_; ++q) {
+        counts[q] = to_count(op.block_counts[q]);
+        repack |= op.block_offsets[q] != total;
+        total += op.block_counts[q];
+      }
+      const void* send = in.data;
+      if (repack) {
+        char* to = static_cast<char*>(p->packed(total * es));
+        send = to;
+        for (int q = 0; q < size_; ++q) {
+          if (op.block_counts[q] == 0) continue;
+          std::memcpy(to, static_cast<const char*>(in.data) + op.block_offsets[q] * es,
+                      op.block_counts[q] * es);
+          to += op.block_counts[q] * es;
+        }
+      }
+      // In place (output = this rank's block of the input) MPI may not alias them.
+      const bool in_place = out.data == static_cast<char*>(in.data) + op.block_offsets[rank_] * es;
+      void* recv = in_place && !repack ? p->scratch_copied_to(out.data, out.bytes()) : out.data;
+      MESHRT_MPI_CALL(MPI_Reduce_scatter, MPI_Ireduce_scatter, send, recv, counts, fold_type,
+                      fold_op, comm_);
       break;
     }
     case OpKind::kAllToAll: {

@@ -33,6 +33,8 @@ size_t kernel_index(ReduceOp op) {
       return 2;
     case ReduceOp::kMax:
       return 3;
+    case ReduceOp::kCustom:  // MpiCustomFold's op instead.
+      return 0;
   }
   return 0;
 }
@@ -89,8 +91,55 @@ MPI_Op mpi_reduce_op(DType dtype, ReduceOp op) {
       return MPI_MIN;
     case ReduceOp::kMax:
       return MPI_MAX;
+    case ReduceOp::kCustom:  // MpiCustomFold::op() instead.
+      return MPI_OP_NULL;
   }
   return MPI_SUM;
+}
+
+namespace {
+
+// The attribute key under which a custom fold's datatype carries its MpiCustomFold.
+int fold_keyval() {
+  static const int keyval = [] {
+    int k = MPI_KEYVAL_INVALID;
+    MPI_Type_create_keyval(MPI_TYPE_NULL_COPY_FN, MPI_TYPE_NULL_DELETE_FN, &k, nullptr);
+    return k;
+  }();
+  return keyval;
+}
+
+}  // namespace
+
+MpiCustomFold::MpiCustomFold(std::shared_ptr<const Reducer> reducer)
+    : reducer_(std::move(reducer)) {
+  MPI_Type_contiguous(static_cast<int>(reducer_->element_bytes()), MPI_BYTE, &type_);
+  MPI_Type_set_attr(type_, fold_keyval(), this);
+  MPI_Type_commit(&type_);
+}
+
+MpiCustomFold::~MpiCustomFold() {
+  if (type_ != MPI_DATATYPE_NULL) MPI_Type_free(&type_);
+}
+
+MPI_Op MpiCustomFold::op() {
+  static const MPI_Op op = [] {
+    MPI_Op o = MPI_OP_NULL;
+    MPI_Op_create(&MpiCustomFold::fold, /*commute=*/1, &o);  // Reducers must commute.
+    return o;
+  }();
+  return op;
+}
+
+void MpiCustomFold::fold(void* in, void* inout, int* len, MPI_Datatype* type) {
+  void* value = nullptr;
+  int found = 0;
+  MPI_Type_get_attr(*type, fold_keyval(), &value, &found);
+  if (!found) return;  // Never: only this class's datatypes reach this op.
+  auto* self = static_cast<MpiCustomFold*>(value);
+  std::optional<std::string> failure =
+      self->reducer_->fold_into(in, inout, static_cast<size_t>(*len));
+  if (failure && !self->failure_) self->failure_ = std::move(failure);
 }
 
 }  // namespace meshrt

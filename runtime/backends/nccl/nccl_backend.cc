@@ -146,6 +146,12 @@ class NcclBackend final : public Backend {
   }
 
   void validate(const Op& op) const override {
+    if (op.kind == OpKind::kAllGatherV || op.kind == OpKind::kReduceScatterV) {
+      throw Error(ErrorCode::kNotSupported, {},
+                  fmt::format("{} is not on the NCCL backend yet: group send/recv, or pad the "
+                              "blocks to even all_gather/reduce_scatter",
+                              op_kind_name(op.kind)));
+    }
     if (open_coalescing_block != nullptr && open_coalescing_block != this) {
       throw Error(ErrorCode::kInvalidArgument, {},
                   "called inside another communicator's coalescing block on this thread: NCCL "
@@ -591,7 +597,10 @@ class NcclBackend final : public Backend {
         }
         return;
       case OpKind::kCoalesced:
-        return;  // Never given to a backend.
+        return;                  // Never given to a backend.
+      case OpKind::kAllGatherV:  // validate() refused them.
+      case OpKind::kReduceScatterV:
+        throw Error(ErrorCode::kInternal, {}, "a v-collective reached NCCL's launch");
     }
   }
 

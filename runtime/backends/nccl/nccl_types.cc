@@ -45,6 +45,8 @@ ncclRedOp_t nccl_reduce_op(ReduceOp op) {
       return ncclMax;
     case ReduceOp::kAvg:
       return ncclAvg;
+    case ReduceOp::kCustom:  // Validation refuses it first: a Reducer is a CPU function.
+      break;
   }
   throw Error(ErrorCode::kInvalidArgument, {},
               fmt::format("reduce op {} has no NCCL op", static_cast<int>(op)));
