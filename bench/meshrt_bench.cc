@@ -71,7 +71,8 @@ struct Args {
       "  [-w WARMUP] [-n ITERS] [-c 0|1] [-a 0|1|2|3] [-o sum|prod|min|max|avg|custom|all]\n"
       "  [-d float|double|half|bfloat16|int8|uint8|int32|int64|f8e4m3|f8e5m2|all] [-r ROOT]\n"
       "  [--coll all_reduce,all_gather,reduce_scatter,all_to_all,broadcast,reduce,gather,\n"
-      "          scatter,sendrecv|all] [--inproc N] [--mesh AxB.. [--dim-names a,b..] --dim NAME]\n"
+      "          scatter,sendrecv,all_gather_v,reduce_scatter_v|all] [--inproc N]\n"
+      "  [--mesh AxB.. [--dim-names a,b..] --dim NAME]\n"
       "  [--json FILE] [--impl meshrt|gloo]\n"
       "Sizes take K, M, G (powers of 1024). -o custom: a Reducer that sums with the built-in\n"
       "sum's kernel (the cost of the user-defined reduction path). Without --inproc, run one\n"
@@ -357,9 +358,11 @@ class Bench {
     const size_t block = static_cast<size_t>(rank_) * c;
     switch (op) {
       case BenchOp::kAllGather:
+      case BenchOp::kAllGatherV:
       case BenchOp::kGather:
         return {at(recv_, t, block, c), at(recv_, t, 0, l.recv_count)};
       case BenchOp::kReduceScatter:
+      case BenchOp::kReduceScatterV:
       case BenchOp::kScatter:
         return {at(recv_, t, 0, l.send_count), at(recv_, t, block, c)};
       default:
@@ -451,6 +454,14 @@ class Bench {
         c.batch_isend_irecv(p2p)->wait();
         return;
       }
+      case BenchOp::kAllGatherV:
+        blocks_.assign(static_cast<size_t>(n_), in.count);
+        c.all_gather_v(in, out, blocks_)->wait();
+        return;
+      case BenchOp::kReduceScatterV:
+        blocks_.assign(static_cast<size_t>(n_), out.count);
+        c.reduce_scatter_v(in, out, blocks_, {}, reduce_by(redop, out.dtype))->wait();
+        return;
     }
   }
 
@@ -609,6 +620,7 @@ class Bench {
   std::vector<Row> rows_;
   std::unique_ptr<RawGloo> raw_;
   std::array<std::shared_ptr<const Reducer>, std::size(kAllDTypes)> custom_;
+  std::vector<size_t> blocks_;  // The v forms' counts: `count` for every rank.
 };
 
 }  // namespace

@@ -22,6 +22,8 @@ constexpr OpRow kOps[] = {
     {BenchOp::kGather, "gather", OpKind::kGather},
     {BenchOp::kScatter, "scatter", OpKind::kScatter},
     {BenchOp::kSendRecv, "sendrecv", OpKind::kSend},
+    {BenchOp::kAllGatherV, "all_gather_v", OpKind::kAllGatherV},
+    {BenchOp::kReduceScatterV, "reduce_scatter_v", OpKind::kReduceScatterV},
 };
 
 struct TypeRow {
@@ -167,9 +169,11 @@ BenchLayout bench_layout(BenchOp op, size_t count, int n) {
   const size_t blocks = count * static_cast<size_t>(n);
   switch (op) {
     case BenchOp::kAllGather:
+    case BenchOp::kAllGatherV:
     case BenchOp::kGather:
       return {count, blocks};
     case BenchOp::kReduceScatter:
+    case BenchOp::kReduceScatterV:
     case BenchOp::kScatter:
       return {blocks, count};
     case BenchOp::kAllToAll:
@@ -214,10 +218,12 @@ double expected_value(const CheckSpec& s, size_t k) {
       v = s.rank == s.root ? reduced(s, k) : input_value(s.redop, s.rank, k);
       break;
     case BenchOp::kAllGather:
+    case BenchOp::kAllGatherV:
     case BenchOp::kGather:
       v = input_value(s.redop, static_cast<int>(k / c), k % c);
       break;
     case BenchOp::kReduceScatter:
+    case BenchOp::kReduceScatterV:
       v = reduced(s, rank * c + k);
       break;
     case BenchOp::kAllToAll:

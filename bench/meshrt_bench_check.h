@@ -16,7 +16,9 @@
 namespace meshrt::bench {
 
 // The collectives meshrt-bench runs; kSendRecv is nccl-tests' sendrecv (send to rank + 1 and
-// receive from rank - 1 in one batch).
+// receive from rank - 1 in one batch). all_gather_v and reduce_scatter_v run with every block of
+// `count` elements, so their layout and results are the even forms': the rows give the v path's
+// cost beside theirs.
 enum class BenchOp : uint8_t {
   kAllReduce,
   kAllGather,
@@ -26,10 +28,12 @@ enum class BenchOp : uint8_t {
   kReduce,
   kGather,
   kScatter,
-  kSendRecv
+  kSendRecv,
+  kAllGatherV,
+  kReduceScatterV
 };
 
-// Every BenchOp, in the order `--op all` runs them.
+// nccl-tests' BenchOps, in the order `--op all` runs them (the v forms run by name only).
 inline constexpr BenchOp kAllBenchOps[] = {
     BenchOp::kAllReduce, BenchOp::kAllGather, BenchOp::kReduceScatter,
     BenchOp::kAllToAll,  BenchOp::kBroadcast, BenchOp::kReduce,

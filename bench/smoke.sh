@@ -97,6 +97,19 @@ else
   fail "meshrt-bench over gloo: ${summary:-exited with an error}"
   tail -n 20 "$OUT/mb_gloo.out" >&2
 fi
+# The v forms (even blocks: the even forms' results) on 3 processes, shared memory and TCP.
+for shm in "" 0; do
+  if env ${shm:+MESHRT_GLOO_SHM_SLOT_BYTES=$shm} timeout 60 "$BUILD/meshrun" --standalone \
+    --nproc-per-node 3 \
+    "$BUILD/bench/meshrt-bench" --coll all_gather_v,reduce_scatter_v -b 8 -e 64K -f 64 -w 1 -n 3 \
+    --json "$OUT/mb_v.json" > "$OUT/mb_v.out" 2>&1 &&
+    summary=$(check_table "$OUT/mb_v.out" "$OUT/mb_v.json" 2); then
+    echo "bench_smoke: meshrt-bench v forms ${shm:+(TCP) }ok ($summary)"
+  else
+    fail "meshrt-bench v forms ${shm:+(TCP)}: ${summary:-exited with an error}"
+    tail -n 20 "$OUT/mb_v.out" >&2
+  fi
+done
 # Uneven all_to_all through the slots and through Gloo's alltoallv (its two sides), results checked.
 for algo in "" all_to_all=library; do
   if out=$(MESHRT_ALGO=$algo timeout 60 "$BUILD/meshrun" --standalone --nproc-per-node 2 \
@@ -142,14 +155,15 @@ else
   fail "meshrt-bench in-process: ${summary:-exited with an error}"
   tail -n 20 "$OUT/mb_inproc.out" >&2
 fi
-# custom_reducer_compare.sh: one round of a Reducer against the built-in sum, results checked.
-if timeout 120 bash "$SRC/bench/custom_reducer_compare.sh" "$BUILD" -r 1 -e 4K \
-  > "$OUT/custom.out" 2>&1 &&
-  [ "$(grep -c '^all_reduce\|^reduce_scatter' "$OUT/custom.out")" -eq 8 ]; then
-  echo "bench_smoke: custom_reducer_compare.sh ok (8 ratios)"
+# meshrt_bench_pair.sh: one round of a Reducer against the built-in sum, results checked.
+pair_args="--coll all_reduce,reduce_scatter -b 8 -e 4K -f 8 -w 1 -n 3"
+if timeout 120 bash "$SRC/bench/meshrt_bench_pair.sh" "$BUILD" -r 1 "$pair_args -o sum" \
+  "$pair_args -o custom" > "$OUT/pair.out" 2>&1 &&
+  [ "$(grep -c '^all_reduce\|^reduce_scatter' "$OUT/pair.out")" -eq 8 ]; then
+  echo "bench_smoke: meshrt_bench_pair.sh ok (8 ratios)"
 else
-  fail "custom_reducer_compare.sh"
-  tail -n 20 "$OUT/custom.out" >&2
+  fail "meshrt_bench_pair.sh"
+  tail -n 20 "$OUT/pair.out" >&2
 fi
 
 # store_ops_bench and torch_store_bench.py (bench/store_compare.sh's two sides): a moment each.
