@@ -304,7 +304,6 @@ meshrt_status meshrt_reducer_create(const char* name, size_t element_bytes, mesh
                                     void* user, meshrt_reducer** reducer) {
   const char* call = "meshrt_reducer_create";
   return guarded(call, [&] {
-    need(reducer, call, "reducer");
     release_into(reducer, make_reducer(name, element_bytes, fn, user, std::nullopt, call), call,
                  "reducer");
   });
@@ -314,7 +313,6 @@ meshrt_status meshrt_reducer_create_typed(const char* name, meshrt_dtype dtype, 
                                           void* user, meshrt_reducer** reducer) {
   const char* call = "meshrt_reducer_create_typed";
   return guarded(call, [&] {
-    need(reducer, call, "reducer");
     const meshrt::DType d = dtype_of(dtype, call);
     release_into(reducer, make_reducer(name, meshrt::dtype_size_bytes(d), fn, user, d, call), call,
                  "reducer");

@@ -188,7 +188,7 @@ meshrt_status meshrt_recv(meshrt_comm* comm, void* data, size_t count, meshrt_dt
 
 /* A reduction by fn(in, inout, count, user) over opaque elements of `element_bytes` (a histogram
  * bin, a value-and-index pair), named `name` in records, dumps and mismatch reports. It folds
- * in all_reduce, reduce and reduce_scatter on every CPU backend (NCCL refuses it). */
+ * in all_reduce, reduce and reduce_scatter(_v) on every CPU backend (NCCL refuses it). */
 meshrt_status meshrt_reducer_create(const char* name, size_t element_bytes, meshrt_reduce_fn fn,
                                     void* user, meshrt_reducer** reducer);
 /* As meshrt_reducer_create, over elements of `dtype` (a Kahan sum of float64, say): its ops'

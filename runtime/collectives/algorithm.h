@@ -13,9 +13,9 @@ enum class Algorithm : uint8_t {
   kLibrary,            // The library underneath does it (Gloo's ring or tree, MPI, NCCL).
   kSlots,              // Through a slot exchange, chunk by chunk: every rank reads every slot.
   kRecursiveDoubling,  // all_reduce over pairs: log2(n) exchanges of the whole buffer.
-  kRing,          // Over pairs: n-1 steps of one block each (reduce_scatter; all_reduce: twice).
-  kHierarchical,  // Within each host through shared memory, across hosts between leaders.
-  kNone,          // Nothing to move (an empty all_gather, a coalesced group's closing entry).
+  kRing,               // Over pairs, a block a step: reduce_scatter(_v), all_gather_v, all_reduce.
+  kHierarchical,       // Within each host through shared memory, across hosts between leaders.
+  kNone,               // Nothing to move (an empty all_gather, a coalesced group's closing entry).
 };
 
 // "library", "slots", "recursive_doubling", "ring", "hierarchical", "none" (static storage).
