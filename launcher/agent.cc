@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 
 #include "launcher/child_process.h"
@@ -148,6 +149,8 @@ std::vector<std::string> Agent::child_env(int rank, int local_rank, int attempt)
   // Defaults: meshrun's own environment wins over these.
   std::vector<std::pair<std::string, std::string>> defaults;
   if (set_omp_threads_) defaults.emplace_back("OMP_NUM_THREADS", "1");
+  // The runtime's survivors repair in place around a dead peer instead of exiting.
+  if (continues_on_failure()) defaults.emplace_back("MESHRT_ON_RANK_FAILURE", "continue");
   if (!options_.local_iface.empty() && !in_environment("GLOO_SOCKET_IFNAME")) {
     defaults.emplace_back("MESHRT_GLOO_IFNAME", options_.local_iface);
   }
@@ -283,8 +286,9 @@ int Agent::run_job() {
 
   if (!outcome.success()) {
     report_failure(outcome);
-  } else if (!report_dir_.empty() && rendezvous_->node_rank() == 0) {
-    say("{}", make_job_report(""));
+  } else {
+    if (outcome.continued()) report_continued(outcome);
+    if (!report_dir_.empty() && rendezvous_->node_rank() == 0) say("{}", make_job_report(""));
   }
   try {
     rendezvous_->leave(options_.grace_period + kLeaveMargin,
@@ -445,6 +449,8 @@ void Agent::monitor(int attempt, std::vector<LocalRank>& ranks, Store& job) {
   bool killed = false;
   Clock::time_point kill_at;
   int interrupts_seen = 0;
+  const bool continuing = continues_on_failure();
+  std::set<int> lost_nodes;  // Nodes left behind (--on-rank-failure=continue).
 
   // Reaps the ranks that ended; returns the first that failed on its own, if any. A rank that
   // ended without counting its dump (SIGKILL, an early exit, a crash whose dump a cloned child
@@ -518,6 +524,45 @@ void Agent::monitor(int attempt, std::vector<LocalRank>& ranks, Store& job) {
     signal_all(signal);
     kill_at = Clock::now() + options_.grace_period;
   };
+  // The failure of a rank of this node that ended badly on its own.
+  auto failure_of = [&](const LocalRank& r) {
+    Failure f;
+    f.rank = r.status.rank;
+    f.local_rank = r.status.local_rank;
+    f.node = me.node_rank;
+    f.host = me.host;
+    f.pid = r.status.pid;
+    f.exit = r.status.exit;
+    f.time = r.status.end_time;
+    if (const auto file = read_error_file(error_file(attempt, f.rank))) {
+      f.error_file = file->path;
+      f.error_message = file->message;
+    }
+    return f;
+  };
+  // --on-rank-failure=continue: ranks from_rank .. from_rank+nranks-1 died (`first` says how:
+  // a rank, or the agent of a node with its ranks); the job goes on without them. Their exit
+  // records are written already (reap, or the caller for a lost node). Counts them as dead in
+  // the launcher's store, once whichever agent sees them; keeps the job's first death (its
+  // failure if every rank dies); returns "the job continues with N of W ranks" or why not.
+  auto leave_behind = [&](const Failure& first, int from_rank, int nranks) -> std::string {
+    const int world = rendezvous_->world_size();
+    int64_t dead = -1;
+    try {
+      store.compare_set(key("first_death", attempt), {}, as_bytes(to_json(first)));
+      for (int r = from_rank; r < from_rank + nranks; ++r) {
+        claim_once(store, fmt::format("attempts/{}/dead/rank{}", attempt, r), "1",
+                   key("dead", attempt));
+      }
+      dead = store.add(key("dead", attempt), 0);
+    } catch (const std::exception& e) {
+      say("cannot count the dead ranks in the store: {}", e.what());
+    }
+    if (dead >= world) return "every rank has died: the job failed";
+    if (dead < 0) return "the job continues without it";
+    return fmt::format("the job continues with {} of {} ranks", world - dead, world);
+  };
+
   // Records the job's first failure, has every rank that can dump its flight recorder (ranks
   // of meshrt), then stops this node's ranks and asks the other agents to stop theirs.
   auto fail_job = [&](const Failure& f, const std::string& what) {
@@ -616,22 +661,64 @@ void Agent::monitor(int attempt, std::vector<LocalRank>& ranks, Store& job) {
       interrupts_seen = interrupts;
     }
 
-    if (failed != nullptr && !stopping) {
-      Failure f;
-      f.rank = failed->status.rank;
-      f.local_rank = failed->status.local_rank;
-      f.node = me.node_rank;
-      f.host = me.host;
-      f.pid = failed->status.pid;
-      f.exit = failed->status.exit;
-      f.time = failed->status.end_time;
-      if (const auto file = read_error_file(error_file(attempt, f.rank))) {
-        f.error_file = file->path;
-        f.error_message = file->message;
+    if (continuing && !stopping) {
+      // Every rank that died since the last look is left behind (reap wrote its exit record,
+      // which its peers read to repair around it); the watchdog's exit, a hang rather than a
+      // death, still fails the job.
+      failed = nullptr;
+      for (LocalRank& r : ranks) {
+        if (!r.ended || !r.status.failed() || r.status.left_behind) continue;
+        if (r.status.exit.signal == 0 && r.status.exit.exit_code == kWatchdogExitCode) {
+          if (failed == nullptr) failed = &r;
+          continue;
+        }
+        r.status.left_behind = true;
+        const Failure f = failure_of(r);
+        say("{}; {} (--on-rank-failure=continue)", describe_death(r.status),
+            leave_behind(f, f.rank, 1));
+        if (!f.error_file.empty()) {
+          say("rank {}'s error file {}: {}", f.rank, f.error_file, f.error_message);
+        }
       }
+    }
+    if (failed != nullptr && !stopping) {
+      const Failure f = failure_of(*failed);
       fail_job(f, fmt::format("rank {} {}", f.rank, describe(f.exit)));
     }
-    if (!stopping && heartbeat_) {
+    if (continuing && !stopping && heartbeat_) {
+      // A lost node's ranks are dead (or cannot be reached): count their dumps and write their
+      // exit records for them, so that nothing waits for them, and go on.
+      for (const int node : heartbeat_->lost()) {
+        if (!lost_nodes.insert(node).second) continue;
+        const NodeInfo& n = rendezvous_->nodes()[node];
+        Failure f;
+        f.rank = n.rank_offset;
+        f.node = n.node_rank;
+        f.host = n.host;
+        f.pid = n.pid;
+        f.agent_lost = true;
+        f.time = utc_now();
+        try {
+          // The first agent to see it gives the time.
+          store.compare_set(fmt::format("attempts/{}/lost/{}", attempt, node), {},
+                            as_bytes(to_json(f)));
+          for (int r = n.rank_offset; r < n.rank_offset + n.nproc; ++r) {
+            dump_keys::count_dump_once(job, r, "meshrun");
+            exit_keys::record_once(
+                job, r,
+                nlohmann::json{{"ended", fmt::format("lost with the agent of node {}", node)}}
+                    .dump());
+          }
+        } catch (const std::exception& e) {
+          say("cannot record node {}'s ranks as dead in the store: {}", node, e.what());
+        }
+        say("node {} (host {}, agent pid {}) was lost at {}: its ranks {}-{} are counted as "
+            "dead; {} (--on-rank-failure=continue)",
+            node, n.host, n.pid, f.time, n.rank_offset, n.rank_offset + n.nproc - 1,
+            leave_behind(f, n.rank_offset, n.nproc));
+      }
+    }
+    if (!continuing && !stopping && heartbeat_) {
       if (const std::vector<int> lost = heartbeat_->lost(); !lost.empty()) {
         // Its ranks died with it (or can no longer be reached): count them as done with their
         // dumps, which they cannot write, and fail the job now rather than at the op timeout.
@@ -735,7 +822,13 @@ AttemptOutcome Agent::gather_outcome(int attempt, const std::vector<RankStatus>&
   o.attempt = attempt;
   for (int k = 0; k < nnodes; ++k) {
     if (!has_key(store, keys[k])) {
-      o.silent_nodes.push_back(k);
+      // A node lost while the job went on without it (--on-rank-failure=continue).
+      if (const std::string lost = fmt::format("attempts/{}/lost/{}", attempt, k);
+          continues_on_failure() && has_key(store, lost)) {
+        o.lost_nodes.push_back(failure_from_json(to_string(store.get(lost, kPollSlice))));
+      } else {
+        o.silent_nodes.push_back(k);
+      }
       continue;
     }
     for (RankStatus& s : statuses_from_json(to_string(store.get(keys[k], kPollSlice)))) {
@@ -748,6 +841,14 @@ AttemptOutcome Agent::gather_outcome(int attempt, const std::vector<RankStatus>&
     o.failure = failure_from_json(to_string(store.get(fk, kPollSlice)));
   }
   if (has_key(store, stop_key)) o.stop_reason = to_string(store.get(stop_key, kPollSlice));
+  // Every rank died, none was left to go on with: the first death failed the job.
+  if (const std::string first = key("first_death", attempt);
+      !o.failure && o.continued() && o.silent_nodes.empty() &&
+      std::all_of(o.ranks.begin(), o.ranks.end(),
+                  [](const RankStatus& r) { return r.left_behind; }) &&
+      has_key(store, first)) {
+    o.failure = failure_from_json(to_string(store.get(first, kPollSlice)));
+  }
   return o;
 }
 
@@ -815,6 +916,22 @@ bool Agent::write_dump_somewhere(const std::string& to, int rank, const std::str
   }
   say("no room for rank {}'s dump in {}: the dumps are in {}", rank, path, fallback_dump_dir_);
   return true;
+}
+
+void Agent::report_continued(const AttemptOutcome& outcome) {
+  SummaryInput in;
+  in.run_id = options_.run_id;
+  in.max_restarts = options_.max_restarts;
+  in.outcome = outcome;
+  in.nodes = rendezvous_->nodes();
+  in.this_node = rendezvous_->node_rank();
+  const std::string text = format_continued_summary(in);
+  write_all(2, text);
+  // Only into the user's --log-dir: a finished job leaves nothing of its own under /tmp.
+  if (in.this_node == 0 && !options_.log_dir.empty()) {
+    const std::string path = run_dir_ + "/summary.txt";
+    if (write_file(path, text)) say("summary saved in {}", path);
+  }
 }
 
 void Agent::report_failure(const AttemptOutcome& outcome) {

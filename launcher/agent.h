@@ -30,7 +30,8 @@ class Agent {
   Agent& operator=(const Agent&) = delete;
 
   // Runs the job on this node to its end; returns meshrun's exit status (0 when every rank of
-  // an attempt exited 0, 1 on failure, 128+N after signal N).
+  // an attempt exited 0, or with --on-rank-failure=continue some rank did and the job did not
+  // fail; 1 on failure, 128+N after signal N).
   int run();
 
  private:
@@ -66,6 +67,10 @@ class Agent {
   bool write_dump_somewhere(const std::string& to, int rank, const std::string& dump);
   // Prints (and on node 0 saves) the failure summary.
   void report_failure(const AttemptOutcome& outcome);
+  // A successful job that left ranks behind (--on-rank-failure=continue): prints who died and
+  // what the job did (node 0 saves it in --log-dir).
+  void report_continued(const AttemptOutcome& outcome);
+  bool continues_on_failure() const { return options_.on_rank_failure == OnRankFailure::kContinue; }
   // Node 0, with --report: runs `meshtrace report` (on the dumps too, when dumps_dir is not
   // empty) and returns the line that says where the report is, or why there is none.
   std::string make_job_report(const std::string& dumps_dir, const std::string& prefix = "");

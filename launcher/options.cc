@@ -47,12 +47,15 @@ instead. --redirects picks the streams that go to the file only, --tee those tha
 When a rank fails, every rank of every node is stopped (SIGTERM, --grace-period, SIGKILL),
 after waiting up to --dump-timeout for the flight-recorder dumps if a watchdog fired. Node 0
 gathers every rank's dump into its log directory, runs `meshtrace analyze` on them and prints
-a summary with the verdict and the first failing rank's exception. SIGINT or SIGTERM to meshrun
-is passed to the ranks; a second SIGINT kills them. meshtrace is $MESHRT_MESHTRACE, else the one
-next to meshrun, else the one on PATH.
+a summary with the verdict and the first failing rank's exception. With
+--on-rank-failure=continue a rank that dies (unless its watchdog exited 70) is left behind
+instead: the others run on (MESHRT_ON_RANK_FAILURE=continue) and meshrun says who died. SIGINT
+or SIGTERM to meshrun is passed to the ranks; a second SIGINT kills them. meshtrace is
+$MESHRT_MESHTRACE, else the one next to meshrun, else the one on PATH.
 
-Exit status: 0 when every rank exited 0; 1 when the job failed; 2 on a usage error;
-128+N when stopped by signal N.)";
+Exit status: 0 when every rank exited 0 (with --on-rank-failure=continue: when some rank exited
+0 and the job did not fail); 1 when the job failed; 2 on a usage error; 128+N when stopped by
+signal N.)";
 
 // Prints the usage line the way the command line really reads: CLI11 knows no PROGRAM.
 class Formatter : public CLI::Formatter {
@@ -165,6 +168,16 @@ CLI::Validator streams_check() {
       "N|LR:N,...");
 }
 
+CLI::Validator on_rank_failure_check() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        return text == "restart-job" || text == "continue"
+                   ? ""
+                   : fmt::format("'{}' is not restart-job or continue", text);
+      },
+      "restart-job|continue");
+}
+
 std::string random_run_id() {
   std::random_device rd;
   return fmt::format("{:08x}", rd());
@@ -265,6 +278,7 @@ ParsedCommandLine parse(int argc, const char* const* argv) {
   std::string tee;
   std::string redirects;
   std::string status_port;
+  std::string on_rank_failure = "restart-job";
   std::optional<std::string> run_id;
   double monitor_s = 0.1, rdzv_timeout_s = 300, grace_s = 5, dump_timeout_s = 10;
   bool module = false, no_python = false, run_path = false, version = false;
@@ -306,6 +320,12 @@ ParsedCommandLine parse(int argc, const char* const* argv) {
   app.add_option("--max-restarts", o.max_restarts,
                  "attempts to start again after a failure (default 0)")
       ->check(non_negative);
+  app.add_option("--on-rank-failure", on_rank_failure,
+                 "restart-job (default): a rank that dies fails the job (dumps, every rank "
+                 "stopped, --max-restarts); continue: the job goes on without it, its survivors "
+                 "repair in place (MESHRT_ON_RANK_FAILURE=continue), except after a watchdog's "
+                 "exit (status 70)")
+      ->check(on_rank_failure_check());
   app.add_option("--monitor-interval", monitor_s,
                  "seconds between checks of the ranks and the other nodes (default 0.1)")
       ->check(positive);
@@ -382,6 +402,15 @@ ParsedCommandLine parse(int argc, const char* const* argv) {
         fmt::format("--rdzv-backend {}: meshrun hosts its own store on node 0 (like "
                     "c10d); drop the option",
                     rdzv_backend));
+  }
+  if (on_rank_failure == "continue") {
+    o.on_rank_failure = OnRankFailure::kContinue;
+    if (o.max_restarts > 0) {
+      usage_error(fmt::format(
+          "--on-rank-failure=continue never restarts the job: drop --max-restarts {} (or use "
+          "--on-rank-failure=restart-job)",
+          o.max_restarts));
+    }
   }
   if (!tee.empty()) o.tee = parse_streams(tee);
   if (!redirects.empty()) o.redirects = parse_streams(redirects);

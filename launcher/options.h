@@ -30,6 +30,14 @@ struct StreamSelection {
 // Parses a --tee or --redirects value; nullopt when `text` is not one.
 std::optional<StreamSelection> parse_streams(std::string_view text);
 
+// What a rank that dies does to the job (--on-rank-failure).
+enum class OnRankFailure {
+  kRestartJob,  // Fail the job: every rank dumps and is stopped; --max-restarts may start it again.
+  // The job goes on without it: its survivors repair in place (MESHRT_ON_RANK_FAILURE=continue).
+  // A rank that exits with the watchdog's status still fails the job.
+  kContinue,
+};
+
 // The settings of one agent. Every agent of a job needs the same endpoint, run_id (agents with
 // another one never meet), nnodes and max_restarts (both checked at rendezvous); nproc_per_node
 // may differ between nodes.
@@ -42,6 +50,7 @@ struct LaunchOptions {
   std::string run_id = "default";       // The job's id, the same over restarts.
   std::string role = "default";         // ROLE_NAME of every rank.
   int max_restarts = 0;                 // Attempts after the first that a failure may cause.
+  OnRankFailure on_rank_failure = OnRankFailure::kRestartJob;  // Never restarts when kContinue.
   std::chrono::milliseconds monitor_interval{100};  // How often children and peers are polled.
   std::chrono::milliseconds rdzv_timeout{std::chrono::minutes(5)};   // For all nodes to join.
   std::chrono::milliseconds grace_period{std::chrono::seconds(5)};   // SIGTERM until SIGKILL.

@@ -36,6 +36,12 @@ std::string describe(const ExitStatus& exit) {
   return fmt::format("exited with code {}", exit.exit_code);
 }
 
+std::string describe_death(const RankStatus& s) {
+  return fmt::format(
+      "rank {} (pid {}, node {}) {} at {}", s.rank, s.pid, s.node,
+      s.exit.signal != 0 ? "died of " + signal_name(s.exit.signal) : describe(s.exit), s.end_time);
+}
+
 std::string describe(const RankStatus& s) {
   if (s.stop_signal == 0) return s.exit.success() ? "exited 0" : describe(s.exit);
   if (s.exit.signal == s.stop_signal) {
@@ -86,7 +92,8 @@ std::string to_json(const std::vector<RankStatus>& statuses) {
                    {"stop_signal", s.stop_signal},
                    {"end_time", s.end_time},
                    {"dumped", s.dumped},
-                   {"frozen", s.frozen}});
+                   {"frozen", s.frozen},
+                   {"left_behind", s.left_behind}});
   }
   return out.dump();
 }
@@ -104,6 +111,7 @@ std::vector<RankStatus> statuses_from_json(const std::string& text) {
     s.end_time = j.at("end_time").get<std::string>();
     s.dumped = j.at("dumped").get<bool>();
     s.frozen = j.value("frozen", false);
+    s.left_behind = j.value("left_behind", false);
     out.push_back(std::move(s));
   }
   return out;

@@ -27,6 +27,8 @@ struct RankStatus {
   std::string end_time;  // UTC, when its agent reaped it.
   bool dumped = false;   // Its flight-recorder dump file existed afterwards.
   bool frozen = false;   // Found stopped (SIGSTOP, a debugger) while the job waited for dumps.
+  // It died while the others ran and the job went on without it (--on-rank-failure=continue).
+  bool left_behind = false;
 
   // True when the rank ended badly on its own (not because meshrun stopped it).
   bool failed() const { return stop_signal == 0 && !exit.success(); }
@@ -60,13 +62,25 @@ struct AttemptOutcome {
   std::vector<int> silent_nodes;   // Nodes whose agent never reported.
   // What the attempt's stop request said ("rank 3 failed", "interrupted", ...), when one was made.
   std::string stop_reason;
+  // Nodes lost while the job went on without them (--on-rank-failure=continue), each as its
+  // agent_lost Failure, by node; they are not among silent_nodes.
+  std::vector<Failure> lost_nodes;
 
-  // No failure, every node reported, and no rank was stopped by meshrun (a stop requested with
-  // no failure recorded still ended ranks early: not a success).
+  // Some rank or node died and the job went on without it (--on-rank-failure=continue).
+  bool continued() const {
+    return !lost_nodes.empty() || std::any_of(ranks.begin(), ranks.end(),
+                                              [](const RankStatus& r) { return r.left_behind; });
+  }
+  // No failure, every node reported (or was left behind), no rank was stopped by meshrun (a stop
+  // requested with no failure recorded still ended ranks early: not a success), and, when ranks
+  // were left behind, some rank exited 0.
   bool success() const {
     return !failure && silent_nodes.empty() &&
            std::none_of(ranks.begin(), ranks.end(),
-                        [](const RankStatus& r) { return r.stop_signal != 0; });
+                        [](const RankStatus& r) { return r.stop_signal != 0; }) &&
+           (!continued() || std::any_of(ranks.begin(), ranks.end(), [](const RankStatus& r) {
+             return r.stop_signal == 0 && r.exit.success();
+           }));
   }
 };
 
@@ -75,6 +89,9 @@ std::string utc_now();
 
 // "exited with code 3", "killed by SIGSEGV".
 std::string describe(const ExitStatus& exit);
+// "rank 2 (pid 1234, node 0) died of SIGKILL at <time>", "... exited with code 3 at <time>": a
+// rank left behind (--on-rank-failure=continue).
+std::string describe_death(const RankStatus& status);
 // "exited 0", "stopped by meshrun (SIGTERM)", "exited with code 3", ...
 std::string describe(const RankStatus& status);
 // "rank 3 (node 1 on host h, local rank 1, pid 42) exited with code 3 at <time>".

@@ -29,6 +29,36 @@ std::string indent(const std::string& text, const std::string& pad) {
   return out;
 }
 
+// The ranks and nodes the job went on without (--on-rank-failure=continue): a line each under a
+// heading (empty when none was left behind), and how many of how many ranks went on.
+struct LeftBehind {
+  std::string lines;
+  int went_on = 0;
+  int world = 0;
+};
+
+LeftBehind left_behind(const AttemptOutcome& o, const std::vector<NodeInfo>& nodes) {
+  int world = 0;
+  for (const NodeInfo& n : nodes) world += n.nproc;
+  std::string s;
+  int dead = 0;
+  for (const RankStatus& r : o.ranks) {
+    if (!r.left_behind) continue;
+    s += "  " + describe_death(r) + "\n";
+    ++dead;
+  }
+  for (const Failure& f : o.lost_nodes) {
+    const int nproc =
+        f.node >= 0 && f.node < static_cast<int>(nodes.size()) ? nodes[f.node].nproc : 0;
+    s += fmt::format("  node {} (host {}, agent pid {}), ranks {}-{}: its agent was lost at {}\n",
+                     f.node, f.host, f.pid, f.rank, f.rank + nproc - 1, f.time);
+    dead += nproc;
+  }
+  if (s.empty()) return {"", world, world};
+  return {"ranks that died and were left behind (--on-rank-failure=continue):\n" + s,
+          std::max(0, world - dead), world};
+}
+
 }  // namespace
 
 std::vector<int> root_culprits(const std::string& analysis) {
@@ -96,6 +126,12 @@ std::string format_summary(const SummaryInput& in) {
     s += fmt::format("  node {} (host {}, agent pid {}), ranks {}-{}: its agent did not report\n",
                      node, n.host, n.pid, n.rank_offset, n.rank_offset + n.nproc - 1);
   }
+  if (const LeftBehind dead = left_behind(o, in.nodes); !dead.lines.empty()) {
+    s += dead.lines;
+    s += dead.went_on == 0 ? "every rank died: none was left to go on with\n"
+                           : fmt::format("the job went on with {} of {} ranks until it failed\n",
+                                         dead.went_on, dead.world);
+  }
   const std::string attempt_dir = fmt::format("attempt_{}", o.attempt);
   if (in.log_files) {
     s += "logs:\n";
@@ -124,6 +160,14 @@ std::string format_summary(const SummaryInput& in) {
   }
   if (!in.report.empty()) s += in.report + "\n";
   return s;
+}
+
+std::string format_continued_summary(const SummaryInput& in) {
+  const LeftBehind dead = left_behind(in.outcome, in.nodes);
+  return fmt::format(
+      "meshrun: job finished (run '{}')\n{}the job went on with {} of {} ranks and finished: exit "
+      "status 0\n",
+      in.run_id, dead.lines, dead.went_on, dead.world);
 }
 
 std::string describe_report(const std::string& dir, const std::optional<MeshtraceRun>& run,

@@ -35,6 +35,11 @@ std::vector<int> root_culprits(const std::string& analysis);
 // The summary, one item per line, ending with a newline.
 std::string format_summary(const SummaryInput& in);
 
+// The end of a job that finished (exit status 0) after leaving ranks behind
+// (--on-rank-failure=continue): who died, when, and what the job did; uses run_id, outcome and
+// nodes. Ends with a newline.
+std::string format_continued_summary(const SummaryInput& in);
+
 // The line that says where `meshtrace report` put the job report of `dir`: "report:
 // <dir>/report.html", or "report: not made: <why>" from its run, or from `note` when it did not
 // run.

@@ -22,6 +22,8 @@
 //                   in our process group
 //   dump-signal     the flight recorder's trigger: set meshrt/<run>/<attempt>/fr/dump_signal
 //   wait-dump-signal  wait (up to 30 s) until the trigger is set, as a rank's watchdog would
+//   wait-exit=R     wait (up to 30 s) for rank R's exit record in the job's store, as a peer's
+//                   watchdog would, and print "exit record of rank R: <record>"
 //   dump            write this rank's flight-recorder dump (docs/flight-recorder.md) to
 //                   $MESHRT_DUMP_PREFIX<rank> and count it in fr/dumps_written
 // Exit status 0 when every step ran, 1 on a failed check, 2 on an unknown step.
@@ -42,6 +44,7 @@
 
 #include "mesh/meshrt.h"
 #include "runtime/store/dump_keys.h"
+#include "runtime/store/exit_keys.h"
 #include "runtime/store/prefix_store.h"
 #include "runtime/store/tcp_store.h"
 
@@ -284,6 +287,12 @@ int run_step(const std::string& name, const std::string& value, int rank) {
   if (name == "wait-dump-signal") {
     job_store()->get(meshrt::dump_keys::kDumpSignal, std::chrono::seconds(30));
     return 0;
+  }
+  if (name == "wait-exit") {
+    const int r = std::stoi(value);
+    const meshrt::Bytes record =
+        job_store()->get(meshrt::exit_keys::rank(r), std::chrono::seconds(30));
+    return line(stdout, fmt::format("exit record of rank {}: {}", r, meshrt::to_string(record))), 0;
   }
   if (name == "dump") {
     const std::string path = env("MESHRT_DUMP_PREFIX") + std::to_string(rank);

@@ -632,6 +632,120 @@ TEST(Meshrun, GivesUpAfterMaxRestarts) {
   EXPECT_TRUE(contains(r.err, "', attempt 1, --max-restarts 1)")) << r.err;
 }
 
+// --on-rank-failure=continue: rank 1 dies of SIGKILL early; ranks 0 and 2 learn it from its exit
+// record (as the runtime's survivors do), run to their end and exit 0, and so does meshrun, with
+// no dump request, no stop, no restart, and nothing left in /tmp.
+TEST(Meshrun, ContinueKeepsSurvivorsRunningWhenARankIsKilled) {
+  const ScopedEnv unset("MESHRT_ON_RANK_FAILURE", nullptr);
+  const std::string marker = unique_marker();
+  const std::string id = fmt::format("continue{}", ::getpid());
+  const auto r = run_meshrun(
+      {"--standalone", "--rdzv-id", id, "--nproc-per-node", "3", "--on-rank-failure=continue",
+       MESHRT_LAUNCHER_CHILD, marker, "getenv=MESHRT_ON_RANK_FAILURE", "sleep=0.2@1", "signal=9@1",
+       "wait-exit=1", "sleep=1.5", "print=ran to the end"},
+      60s);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(count(r.out, "getenv MESHRT_ON_RANK_FAILURE=continue\n"), 3u) << r.out;
+  for (int rank : {0, 2}) {
+    EXPECT_TRUE(contains(r.out, fmt::format("[rank{}]: exit record of rank 1: {{\"ended\":\"killed "
+                                            "by SIGKILL\"}}\n",
+                                            rank)))
+        << r.out;
+    EXPECT_TRUE(contains(r.out, fmt::format("[rank{}]: ran to the end\n", rank))) << r.out;
+  }
+  EXPECT_FALSE(contains(r.out, "[rank1]: ran to the end")) << r.out;
+  // The line said when it died, and the summary at the end.
+  const size_t at = r.err.find("meshrun: rank 1 (pid ");
+  ASSERT_NE(at, std::string::npos) << r.err;
+  const std::string died = r.err.substr(at, r.err.find('\n', at) - at);
+  EXPECT_TRUE(contains(died, ", node 0) died of SIGKILL at 20")) << died;
+  EXPECT_TRUE(contains(died, "Z; the job continues with 2 of 3 ranks (--on-rank-failure=continue)"))
+      << died;
+  EXPECT_TRUE(contains(r.err, "meshrun: job finished (run '" + id +
+                                  "')\nranks that died and were left behind "
+                                  "(--on-rank-failure=continue):\n  rank 1 (pid "))
+      << r.err;
+  EXPECT_TRUE(contains(r.err, "the job went on with 2 of 3 ranks and finished: exit status 0\n"))
+      << r.err;
+  for (const char* never : {"job failed", "waiting up to", "stopped by meshrun", "restarting"}) {
+    EXPECT_FALSE(contains(r.err, never)) << never << "\n" << r.err;
+  }
+  EXPECT_EQ(survivors(marker), std::vector<int>{});
+  for (const auto& entry : fs::directory_iterator("/tmp")) {
+    EXPECT_NE(entry.path().filename().string().rfind("meshrun-" + id + "-", 0), 0u)
+        << entry.path() << " was left behind";
+  }
+}
+
+TEST(Meshrun, ContinueFailsWhenEveryRankDies) {
+  const std::string marker = unique_marker();
+  // Rank 0 dies of SIGKILL, rank 1 exits 3, rank 2 dies of SIGTERM, in that order.
+  const auto r = run_meshrun(
+      {"--standalone", "--nproc-per-node", "3", "--on-rank-failure", "continue",
+       MESHRT_LAUNCHER_CHILD, marker, "sleep-rank=0.3", "signal=9@0", "exit=3@1", "signal=15@2"},
+      60s);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(contains(r.err, "; the job continues with 2 of 3 ranks (--on-rank-failure=continue)"))
+      << r.err;
+  EXPECT_TRUE(contains(r.err, "exited with code 3 at 20")) << r.err;
+  EXPECT_TRUE(contains(r.err, "; the job continues with 1 of 3 ranks (--on-rank-failure=continue)"))
+      << r.err;
+  EXPECT_TRUE(contains(r.err, "; every rank has died: the job failed (--on-rank-failure=continue)"))
+      << r.err;
+  EXPECT_TRUE(contains(r.err, "meshrun: job failed (run '")) << r.err;
+  // The first death is the job's first failure.
+  EXPECT_TRUE(contains(r.err, "first failure: rank 0 (node 0 on host ")) << r.err;
+  EXPECT_TRUE(contains(r.err,
+                       "ranks that died and were left behind (--on-rank-failure=continue):\n"
+                       "  rank 0 (pid "))
+      << r.err;
+  EXPECT_TRUE(contains(r.err, "every rank died: none was left to go on with\n")) << r.err;
+  EXPECT_FALSE(contains(r.err, "stopped by meshrun")) << r.err;
+  EXPECT_EQ(survivors(marker), std::vector<int>{});
+}
+
+// The watchdog's exit (70) is a hang, not a death to repair around: the job fails as it would
+// without --on-rank-failure=continue, after the rank killed before it was left behind.
+TEST(Meshrun, ContinueStillFailsTheJobOnAWatchdogExit) {
+  const std::string marker = unique_marker();
+  const auto r = run_meshrun({"--standalone", "--nproc-per-node", "3", "--on-rank-failure=continue",
+                              "--dump-timeout", "1", "--grace-period", "1", MESHRT_LAUNCHER_CHILD,
+                              marker, "signal=9@2", "sleep=0.5@1", "exit=70@1", "sleep=60"},
+                             60s);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_LT(r.elapsed, 30s);
+  EXPECT_TRUE(contains(r.err, ", node 0) died of SIGKILL at ")) << r.err;
+  EXPECT_TRUE(contains(r.err, "; the job continues with 2 of 3 ranks (--on-rank-failure=continue)"))
+      << r.err;
+  EXPECT_TRUE(contains(r.err, "meshrun: job failed (run '")) << r.err;
+  EXPECT_TRUE(contains(r.err, "first failure: rank 1 (node 0 on host ")) << r.err;
+  EXPECT_TRUE(contains(r.err, "exited with code 70 (its watchdog")) << r.err;
+  EXPECT_TRUE(contains(r.err,
+                       "rank 1 exited with code 70 (its watchdog: an op timed out or "
+                       "failed); waiting up to "))
+      << r.err;
+  EXPECT_TRUE(contains(r.err, "  rank 0 (node 0, local rank 0, pid ")) << r.err;
+  EXPECT_EQ(count(r.err, "stopped by meshrun (SIGTERM)"), 1u) << r.err;
+  EXPECT_TRUE(contains(r.err, "the job went on with 2 of 3 ranks until it failed\n")) << r.err;
+  EXPECT_EQ(survivors(marker), std::vector<int>{});
+}
+
+// MESHRT_ON_RANK_FAILURE: set with continue unless meshrun's environment sets it; never set by
+// the default.
+TEST(Meshrun, OnRankFailureReachesTheRanksUnlessTheirEnvironmentSetsIt) {
+  const ScopedEnv unset("MESHRT_ON_RANK_FAILURE", nullptr);
+  const auto plain =
+      run_meshrun({"--standalone", MESHRT_LAUNCHER_CHILD, "getenv=MESHRT_ON_RANK_FAILURE"}, 30s);
+  EXPECT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_EQ(plain.out, "[rank0]: getenv MESHRT_ON_RANK_FAILURE=<unset>\n");
+  const auto mine = run_meshrun({"--standalone", "--on_rank_failure", "continue",
+                                 MESHRT_LAUNCHER_CHILD, "getenv=MESHRT_ON_RANK_FAILURE"},
+                                30s, {{"MESHRT_ON_RANK_FAILURE", "mine"}});
+  EXPECT_EQ(mine.exit_code, 0) << mine.err;
+  EXPECT_EQ(mine.out, "[rank0]: getenv MESHRT_ON_RANK_FAILURE=mine\n");
+  EXPECT_EQ(mine.err, "");  // Nothing died: a successful job's output, unchanged.
+}
+
 TEST(Meshrun, BadFlagsAreOneLineAndExitStatusTwo) {
   const std::vector<std::vector<std::string>> bad = {
       {"--bogus", "/bin/true"},
@@ -646,6 +760,8 @@ TEST(Meshrun, BadFlagsAreOneLineAndExitStatusTwo) {
       {"--nnodes", "1:2", "/bin/true"},
       {"--tee", "3"},
       {"--redirects", "4", "/bin/true"},
+      {"--on-rank-failure", "ignore", "/bin/true"},
+      {"--on-rank-failure=continue", "--max-restarts", "1", "/bin/true"},
   };
   for (const auto& args : bad) {
     const auto r = run_meshrun(args, 10s);
@@ -658,14 +774,19 @@ TEST(Meshrun, BadFlagsAreOneLineAndExitStatusTwo) {
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_TRUE(contains(help.out, "Usage: meshrun [OPTIONS] PROGRAM [ARGS...]")) << help.out;
   for (const char* flag :
-       {"--nnodes",           "--nproc-per-node", "--node-rank", "--rdzv-endpoint",
-        "--master-addr",      "--master-port",    "--rdzv-id",   "--max-restarts",
-        "--monitor-interval", "--log-dir",        "--tee",       "--redirects",
-        "--standalone",       "--local-addr",     "--role",      "--module",
-        "--no-python",        "--run-path",       "--report",    "--version",
-        "--rdzv-backend",     "underscores"}) {
+       {"--nnodes",           "--nproc-per-node",  "--node-rank", "--rdzv-endpoint",
+        "--master-addr",      "--master-port",     "--rdzv-id",   "--max-restarts",
+        "--monitor-interval", "--log-dir",         "--tee",       "--redirects",
+        "--standalone",       "--local-addr",      "--role",      "--module",
+        "--no-python",        "--run-path",        "--report",    "--version",
+        "--rdzv-backend",     "--on-rank-failure", "underscores"}) {
     EXPECT_TRUE(contains(help.out, flag)) << flag;
   }
+  // continue never restarts: the error names both flags.
+  const auto conflict =
+      run_meshrun({"--on_rank_failure=continue", "--max_restarts", "2", "/bin/true"}, 10s);
+  EXPECT_TRUE(contains(conflict.err, "--on-rank-failure=continue")) << conflict.err;
+  EXPECT_TRUE(contains(conflict.err, "--max-restarts 2")) << conflict.err;
   // Flags after PROGRAM are the program's.
   const auto passed = run_meshrun({"--standalone", "/bin/echo", "--nnodes", "--bogus"}, 10s);
   EXPECT_EQ(passed.exit_code, 0) << passed.err;
@@ -1101,6 +1222,27 @@ TEST(ParseOptions, EveryFlagTakesTorchrunsUnderscoreSpelling) {
   EXPECT_EQ(refused({"--no_such_flag", "p"}), 2);
 }
 
+TEST(ParseOptions, OnRankFailureRestartJobByDefaultAndContinueNeverRestarts) {
+  using launcher::OnRankFailure;
+  EXPECT_EQ(options_of({"p"}).on_rank_failure, OnRankFailure::kRestartJob);
+  EXPECT_EQ(
+      options_of({"--on-rank-failure", "restart-job", "--max-restarts", "2", "p"}).on_rank_failure,
+      OnRankFailure::kRestartJob);
+  for (const Command& c :
+       {Command{"--on-rank-failure", "continue", "p"}, Command{"--on-rank-failure=continue", "p"},
+        Command{"--on_rank_failure", "continue", "p"},
+        Command{"--on_rank_failure=continue", "--max-restarts", "0", "p"}}) {
+    const auto o = options_of(c);
+    EXPECT_EQ(o.on_rank_failure, OnRankFailure::kContinue) << fmt::format("{}", fmt::join(c, " "));
+    EXPECT_EQ(o.command, Command{"p"});
+  }
+  EXPECT_EQ(refused({"--on-rank-failure", "ignore", "p"}), 2);
+  EXPECT_EQ(refused({"--on-rank-failure=", "p"}), 2);
+  EXPECT_EQ(refused({"--on_rank_failure", "Continue", "p"}), 2);
+  EXPECT_EQ(refused({"--on-rank-failure=continue", "--max-restarts", "1", "p"}), 2);
+  EXPECT_EQ(refused({"--max_restarts=3", "--on_rank_failure", "continue", "p"}), 2);
+}
+
 TEST(ParseOptions, ProgramAndItsArgumentsAreLeftAlone) {
   EXPECT_EQ(options_of({"prog", "--nnodes", "x", "--tee"}).command,
             (Command{"prog", "--nnodes", "x", "--tee"}));
@@ -1318,6 +1460,64 @@ TEST(Summary, ReportLine) {
   std::ofstream(dir.path() + "/report.html") << "<html>";
   EXPECT_EQ(launcher::describe_report(dir.path(), MeshtraceRun{"mt report d", 0, ""}, ""),
             "report: " + dir.path() + "/report.html");
+}
+
+TEST(Summary, ContinuedJobSaysWhoDiedAndWhatTheJobDid) {
+  launcher::SummaryInput in;
+  in.run_id = "job7";
+  in.nodes.resize(2);
+  in.nodes[0].node_rank = 0;
+  in.nodes[0].nproc = 2;
+  in.nodes[1].node_rank = 1;
+  in.nodes[1].host = "h1";
+  in.nodes[1].pid = 77;
+  in.nodes[1].rank_offset = 2;
+  in.nodes[1].nproc = 2;
+  auto rank = [](int r, int pid, launcher::ExitStatus exit, bool left_behind) {
+    launcher::RankStatus s;
+    s.rank = r;
+    s.local_rank = r;
+    s.node = 0;
+    s.pid = pid;
+    s.exit = exit;
+    s.end_time = "2026-11-27T18:01:02.345Z";
+    s.left_behind = left_behind;
+    return s;
+  };
+  in.outcome.ranks = {rank(0, 10, {0, 0}, false), rank(1, 11, {-1, SIGKILL}, true)};
+  launcher::Failure lost;
+  lost.rank = 2;
+  lost.node = 1;
+  lost.host = "h1";
+  lost.pid = 77;
+  lost.agent_lost = true;
+  lost.time = "2026-11-27T18:01:03.000Z";
+  in.outcome.lost_nodes = {lost};
+  EXPECT_TRUE(in.outcome.continued());
+  EXPECT_TRUE(in.outcome.success());
+  EXPECT_EQ(launcher::format_continued_summary(in),
+            "meshrun: job finished (run 'job7')\n"
+            "ranks that died and were left behind (--on-rank-failure=continue):\n"
+            "  rank 1 (pid 11, node 0) died of SIGKILL at 2026-11-27T18:01:02.345Z\n"
+            "  node 1 (host h1, agent pid 77), ranks 2-3: its agent was lost at "
+            "2026-11-27T18:01:03.000Z\n"
+            "the job went on with 1 of 4 ranks and finished: exit status 0\n");
+  // No rank exited 0: not a success, and the failure summary says every rank died.
+  in.outcome.ranks[0] = rank(0, 10, {3, 0}, true);
+  EXPECT_FALSE(in.outcome.success());
+  in.outcome.failure = lost;
+  EXPECT_TRUE(contains(launcher::format_summary(in),
+                       "  rank 0 (pid 10, node 0) exited with code 3 at 2026-11-27T18:01:02.345Z\n"
+                       "  rank 1 (pid 11, node 0) died of SIGKILL at"))
+      << launcher::format_summary(in);
+  EXPECT_TRUE(
+      contains(launcher::format_summary(in), "\nevery rank died: none was left to go on with\n"));
+  // Nothing left behind: no such block.
+  in.outcome = {};
+  in.outcome.failure = lost;
+  EXPECT_FALSE(contains(launcher::format_summary(in), "left behind"));
+  EXPECT_FALSE(launcher::AttemptOutcome{}.continued());
+  EXPECT_TRUE(launcher::AttemptOutcome{}.success());
 }
 
 TEST(DumpTransfer, DumpsLargerThanOneStoreValueArriveWhole) {
