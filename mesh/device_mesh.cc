@@ -34,6 +34,7 @@ struct MeshRoot {
   };
   std::map<std::string, Flat> flattened;
   int communicators_created = 0;
+  int epoch = 0;  // The world's repair epoch: a shrunk mesh names its dims "mesh0/dp@1".
 };
 
 namespace {
@@ -144,6 +145,8 @@ std::shared_ptr<DeviceMesh> build(std::shared_ptr<Communicator> world, std::stri
                                   std::vector<int64_t> shape, std::vector<int> ranks,
                                   bool explicit_ranks, std::vector<std::string> names,
                                   MeshOptions options) {
+  // A mesh made on a shrunk world belongs to its repair epoch.
+  const int epoch = world ? world->epoch() : 0;
   if (!world)
     throw Error(ErrorCode::kInvalidArgument, {}, "init_device_mesh: no world communicator");
   const std::string mesh_name = options.name.empty() ? next_mesh_name(*world) : options.name;
@@ -219,6 +222,7 @@ std::shared_ptr<DeviceMesh> build(std::shared_ptr<Communicator> world, std::stri
   root->my_position = it == root->rank_map.end() ? -1 : it - root->rank_map.begin();
   root->dim_names = names;
   root->backends = std::move(options.backend_override);
+  root->epoch = epoch;
   auto mesh = std::make_shared<DeviceMesh>(root, mesh::row_major(shape, names),
                                            std::vector<std::shared_ptr<Communicator>>{});
   return mesh;
@@ -254,6 +258,7 @@ std::shared_ptr<Communicator> DeviceMesh::split_dim(const mesh::Dim& d) const {
   }
   CommOptions options;
   options.name = root_->name + "/" + d.name;
+  if (root_->epoch > 0) options.name += "@" + std::to_string(root_->epoch);
   options.description = "mesh_" + d.name;
   options.mesh_dim = d.name;
   if (auto it = root_->backends.find(d.name); it != root_->backends.end()) {
@@ -266,6 +271,79 @@ std::shared_ptr<Communicator> DeviceMesh::split_dim(const mesh::Dim& d) const {
     ++root_->communicators_created;
   }
   return comm;
+}
+
+std::shared_ptr<DeviceMesh> DeviceMesh::shrink(std::span<const int> failed,
+                                               std::string_view replica_dim) const {
+  constexpr std::string_view op = "shrink";
+  const bool is_root = names_.size() == root_->dim_names.size() &&
+                       std::equal(names_.begin(), names_.end(), root_->dim_names.begin());
+  if (!is_root) fail(op, "shrink the whole mesh, not a slice or flattened part of it");
+  const int d = replica_dim.empty() ? 0 : dim_index(replica_dim);
+  const Communicator& world = *root_->world;
+  const std::span<const int> world_globals = world.global_ranks();
+  // The replicas along dim d that hold a failed rank leave whole: their siblings along the other
+  // dims cannot go on without the failed rank's part.
+  std::set<int64_t> dropped;
+  std::set<int> excluded;  // World ranks.
+  for (int g : failed) {
+    const auto w = std::find(world_globals.begin(), world_globals.end(), g);
+    if (w == world_globals.end()) {
+      fail(op, fmt::format("failed rank {} is not in the world [{}] this mesh was made on", g,
+                           fmt::join(world_globals, ", ")));
+    }
+    const int wr = static_cast<int>(w - world_globals.begin());
+    excluded.insert(wr);
+    const auto p = std::find(root_->rank_map.begin(), root_->rank_map.end(), wr);
+    if (p != root_->rank_map.end())
+      dropped.insert(dims_[d].coordinate(p - root_->rank_map.begin()));
+  }
+  if (static_cast<int64_t>(dropped.size()) == shape_[d]) {
+    fail(op, fmt::format("every one of the {} '{}' replicas holds a failed rank (global [{}]): "
+                         "no replica is left to go on with; restart the job instead",
+                         shape_[d], names_[d], fmt::join(failed, ", ")));
+  }
+  std::vector<int> kept;  // World ranks, in the shrunk mesh's row-major order.
+  for (int64_t p = 0; p < static_cast<int64_t>(root_->rank_map.size()); ++p) {
+    if (dropped.contains(dims_[d].coordinate(p))) {
+      excluded.insert(root_->rank_map[p]);
+    } else {
+      kept.push_back(root_->rank_map[p]);
+    }
+  }
+  // Every communicator of the mesh stops at once: ops in flight fail, none is waited out.
+  for (const auto& c : comms_) {
+    if (c && c != root_->world) c->abort();
+  }
+  {
+    std::lock_guard lock(root_->mu);
+    for (auto& [name, flat] : root_->flattened) {
+      if (flat.comm && flat.comm != root_->world) flat.comm->abort();
+    }
+  }
+  const std::vector<int> out(excluded.begin(), excluded.end());
+  if (excluded.contains(world.rank())) {
+    root_->world->abort();
+    return nullptr;
+  }
+  auto survivors = root_->world->shrink(out, ShrinkMode::kAbort);
+  // The shrunk world numbers the survivors in their old order.
+  for (int& r : kept) {
+    r -= static_cast<int>(std::distance(excluded.begin(), excluded.lower_bound(r)));
+  }
+  std::vector<int64_t> shape = shape_;
+  shape[d] -= static_cast<int64_t>(dropped.size());
+  MeshOptions options;
+  options.name = root_->name;
+  options.backend_override = root_->backends;
+  return build(std::move(survivors), root_->device, std::move(shape), std::move(kept), true, names_,
+               std::move(options));
+}
+
+std::vector<int> DeviceMesh::failed_ranks() const {
+  std::vector<int> failed;
+  for (int r : root_->world->failed_ranks()) failed.push_back(root_->world->global_ranks()[r]);
+  return failed;
 }
 
 void DeviceMesh::fail(std::string_view op, const std::string& problem) const {

@@ -97,6 +97,19 @@ class DeviceMesh {
   // split per new dim. Throws unless the sizes multiply to the dim's size.
   std::shared_ptr<DeviceMesh> unflatten(std::string_view dim, std::vector<int64_t> sizes,
                                         std::vector<std::string> names);
+  // Repair in place (docs/repair.md): the mesh without the replicas along `replica_dim` (default:
+  // dim 0, e.g. "dp") that hold a rank of `failed` (global ranks, e.g. the world's
+  // failed_ranks()); their siblings along the other dims leave with them. Called by every
+  // living rank of the world: it aborts this mesh's communicators and the world, shrinks the
+  // world around the leavers (ShrinkMode::kAbort), then makes every dim's communicator anew
+  // ("mesh0/dp@1") with one split each and the consistency check. Returns nullptr on the ranks
+  // that leave. Throws kInvalidArgument, naming why, on a slice, for a rank outside the world,
+  // or when every replica holds a failed rank.
+  std::shared_ptr<DeviceMesh> shrink(std::span<const int> failed,
+                                     std::string_view replica_dim = "") const;
+  // Global ranks of the world this mesh was made on that are known to have died (the world's
+  // Communicator::failed_ranks()): what shrink() takes. Any rank, member or not.
+  std::vector<int> failed_ranks() const;
   // Communicators this rank created for this mesh's root and every mesh derived from it (0 for
   // non-members).
   int communicators_created() const;

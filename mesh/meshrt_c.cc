@@ -160,6 +160,16 @@ T* release_into(T** out, H&& value, const char* call, const char* name) {
   return *out;
 }
 
+// Hands out a list of ranks the way snprintf hands out text: the first `capacity` into `ranks`,
+// the whole count into *count.
+void copy_ranks(const std::vector<int>& list, int* ranks, size_t capacity, size_t* count,
+                const char* call) {
+  need(count, call, "count");
+  if (capacity > 0) need(ranks, call, "ranks");
+  std::copy_n(list.begin(), std::min(capacity, list.size()), ranks);
+  *count = list.size();
+}
+
 // Starts an op with `start(comm, call site)`; blocks on it when `work` is NULL, else hands it
 // out. The call site is the one meshrt_call_site() set, else the call's own name.
 template <typename F>
@@ -251,6 +261,32 @@ meshrt_status meshrt_comm_abort(meshrt_comm* comm) {
                  [&] { need(comm, "meshrt_comm_abort", "comm").comm->abort(); });
 }
 
+meshrt_status meshrt_comm_failed_ranks(const meshrt_comm* comm, int* ranks, size_t capacity,
+                                       size_t* count) {
+  const char* call = "meshrt_comm_failed_ranks";
+  return guarded(call, [&] {
+    copy_ranks(need(comm, call, "comm").comm->failed_ranks(), ranks, capacity, count, call);
+  });
+}
+
+meshrt_status meshrt_comm_shrink(meshrt_comm* comm, const int* excluded, size_t n,
+                                 meshrt_shrink_mode mode, meshrt_comm** out) {
+  const char* call = "meshrt_comm_shrink";
+  return guarded(call, [&] {
+    need(out, call, "out");
+    if (n > 0) need(excluded, call, "excluded");
+    if (mode != MESHRT_SHRINK_DEFAULT && mode != MESHRT_SHRINK_ABORT) {
+      throw invalid(call,
+                    fmt::format("mode {} is not a meshrt_shrink_mode", static_cast<int>(mode)));
+    }
+    auto shrunk = need(comm, call, "comm")
+                      .comm->shrink(std::span<const int>(excluded, n),
+                                    mode == MESHRT_SHRINK_ABORT ? meshrt::ShrinkMode::kAbort
+                                                                : meshrt::ShrinkMode::kDefault);
+    *out = shrunk ? release_into(out, std::move(shrunk), call, "out") : nullptr;
+  });
+}
+
 meshrt_status meshrt_init_device_mesh(meshrt_comm* world, const int64_t* shape,
                                       const char* const* names, int ndim, meshrt_mesh** mesh) {
   const char* call = "meshrt_init_device_mesh";
@@ -281,6 +317,25 @@ meshrt_status meshrt_mesh_comm(const meshrt_mesh* mesh, const char* dim, meshrt_
     need(comm, call, "comm");
     auto c = m.comm_ptr(m.dim_index(&need(dim, call, "dim")));
     release_into(comm, std::move(c), call, "comm");
+  });
+}
+
+meshrt_status meshrt_mesh_failed_ranks(const meshrt_mesh* mesh, int* ranks, size_t capacity,
+                                       size_t* count) {
+  const char* call = "meshrt_mesh_failed_ranks";
+  return guarded(call, [&] {
+    copy_ranks(need(mesh, call, "mesh").mesh->failed_ranks(), ranks, capacity, count, call);
+  });
+}
+
+meshrt_status meshrt_mesh_shrink(const meshrt_mesh* mesh, const int* failed, size_t n,
+                                 meshrt_mesh** out) {
+  const char* call = "meshrt_mesh_shrink";
+  return guarded(call, [&] {
+    need(out, call, "out");
+    if (n > 0) need(failed, call, "failed");
+    auto shrunk = need(mesh, call, "mesh").mesh->shrink(std::span<const int>(failed, n));
+    *out = shrunk ? release_into(out, std::move(shrunk), call, "out") : nullptr;
   });
 }
 

@@ -35,6 +35,12 @@ typedef enum meshrt_status {
   MESHRT_ERR_INTERNAL = 8          /* A meshrt bug, or a foreign exception: report it. */
 } meshrt_status;
 
+/* How meshrt_comm_shrink treats the excluded ranks and the ops in flight (meshrt::ShrinkMode). */
+typedef enum meshrt_shrink_mode {
+  MESHRT_SHRINK_DEFAULT = 0, /* Planned: every rank calls it, the excluded get NULL; a split. */
+  MESHRT_SHRINK_ABORT = 1    /* Repair: only the survivors call it; fails what is in flight. */
+} meshrt_shrink_mode;
+
 /* Element types (the C++ API's meshrt::DType, same order). */
 typedef enum meshrt_dtype {
   MESHRT_FLOAT32 = 0,
@@ -117,6 +123,15 @@ meshrt_status meshrt_comm_name(const meshrt_comm* comm, const char** name);
 meshrt_status meshrt_comm_split(meshrt_comm* comm, int color, int key, meshrt_comm** out);
 /* Fails every op in flight or queued on `comm`, now and later (kAborted); any thread. */
 meshrt_status meshrt_comm_abort(meshrt_comm* comm);
+/* Repair in place (docs/repair.md). The group ranks of `comm` known to have died, ascending: the
+ * first `capacity` into `ranks` (NULL when capacity is 0), their number into *count (call again
+ * with more room when it exceeds capacity). */
+meshrt_status meshrt_comm_failed_ranks(const meshrt_comm* comm, int* ranks, size_t capacity,
+                                       size_t* count);
+/* A communicator of `comm`'s ranks but the `n` group ranks `excluded`, renumbered in order and
+ * named "<name>@<epoch>" (meshrt::Communicator::shrink). *out is NULL on excluded ranks. */
+meshrt_status meshrt_comm_shrink(meshrt_comm* comm, const int* excluded, size_t n,
+                                 meshrt_shrink_mode mode, meshrt_comm** out);
 
 /* A mesh of `ndim` dimensions of `shape[i]` ranks named `names[i]` over `world`, one
  * communicator per dimension (meshrt::init_device_mesh). Collective over `world`. */
@@ -127,6 +142,14 @@ void meshrt_mesh_free(meshrt_mesh* mesh);
 meshrt_status meshrt_mesh_comm(const meshrt_mesh* mesh, const char* dim, meshrt_comm** comm);
 /* This rank's index along dimension `dim`. */
 meshrt_status meshrt_mesh_local_rank(const meshrt_mesh* mesh, const char* dim, int64_t* index);
+/* Global ranks of the mesh's world known to have died, as meshrt_comm_failed_ranks. */
+meshrt_status meshrt_mesh_failed_ranks(const meshrt_mesh* mesh, int* ranks, size_t capacity,
+                                       size_t* count);
+/* The mesh without the replicas along its first dimension that hold a rank of `failed` (`n`
+ * global ranks), rebuilt over the survivors (meshrt::DeviceMesh::shrink). Every living rank of
+ * the world calls it; *out is NULL on the ranks that leave. */
+meshrt_status meshrt_mesh_shrink(const meshrt_mesh* mesh, const int* failed, size_t n,
+                                 meshrt_mesh** out);
 
 /* The ops. Each takes `work`: NULL blocks until the op completed (and returns its failure);
  * otherwise *work receives a handle and the call returns at once. Buffers must stay valid and

@@ -17,4 +17,16 @@ std::unique_ptr<PendingOp> Backend::launch(const Op& op) {
               fmt::format("backend '{}' runs ops to completion; it launches none", name()));
 }
 
+std::unique_ptr<Backend> Backend::shrink(const SplitSpec& spec) {
+  (void)spec;
+  check_can_shrink();
+  throw Error(ErrorCode::kNotSupported, {},
+              fmt::format("the '{}' backend cannot shrink a communicator in abort mode", name()));
+}
+
+void Backend::check_can_shrink() const {
+  throw Error(ErrorCode::kNotSupported, {},
+              fmt::format("the '{}' backend cannot shrink a communicator in abort mode", name()));
+}
+
 }  // namespace meshrt

@@ -19,6 +19,7 @@ struct SplitSpec {
   std::string name;                      // The new communicator's name, e.g. "mesh0/tp".
   std::string store_key;                 // Identity of the new group, equal on all of its members.
   std::vector<int> parent_ranks;         // Members, as parent ranks, in new-rank order.
+  std::vector<int> excluded;             // Backend::shrink(): the parent ranks left out.
   int rank = -1;                         // This process's rank in the new group.
   std::chrono::milliseconds timeout{0};  // Bound of the connection; the group's op timeout.
 };
@@ -76,6 +77,17 @@ class Backend {
   // Creates the backend of a new group, connected to its members; throws Error. Called on members
   // only, after the parent ranks agreed on `spec` (through the parent's all_gather).
   virtual std::unique_ptr<Backend> split(const SplitSpec& spec) = 0;
+  // Communicator::shrink(), abort mode: fails what runs on this backend, then connects the
+  // survivors in `spec` (parent_ranks: every member but the excluded) without any collective of
+  // the parent, whose excluded ranks may be dead. Each survivor computes `spec` alike. Called on
+  // the survivors' threads after check_can_shrink(); the default throws Error(kNotSupported).
+  virtual std::unique_ptr<Backend> shrink(const SplitSpec& spec);
+  // Throws Error(kNotSupported) saying why when shrink() cannot run here, before the
+  // communicator aborts anything. The default refuses; Gloo and in-process accept.
+  virtual void check_can_shrink() const;
+  // Group ranks this backend has seen die (Gloo: a pidfd of its shared-memory peers; in-process:
+  // a rank that aborted the group), for Communicator::failed_ranks(). Any thread.
+  virtual std::vector<int> failed_peers() const { return {}; }
   // Called instead of split() on a parent rank that joins no new group (kNoColor), in the same
   // order. NCCL's split is collective over the whole parent, so NCCL takes part with
   // NCCL_SPLIT_NOCOLOR; other backends do nothing. Throws Error.
@@ -90,7 +102,8 @@ class Backend {
   virtual std::unique_ptr<PendingOp> end_coalescing() { return nullptr; }
   // Makes an op in flight fail fast where the backend can interrupt it (in-process fails it with
   // kPeerFailure on every member; Gloo fails a shared-memory exchange with kAborted on this rank
-  // and cannot interrupt TCP). The communicator itself fails later ops with kAborted.
+  // and shuts its TCP connections down, failing the waits on them here and on the peers). The
+  // communicator itself fails later ops with kAborted.
   virtual void abort() noexcept = 0;
 };
 

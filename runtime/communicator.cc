@@ -14,6 +14,7 @@
 #include "runtime/error.h"
 #include "runtime/fatal_signal.h"
 #include "runtime/nan_check.h"
+#include "runtime/rank_failures.h"
 #include "runtime/validation.h"
 #include "runtime/watchdog.h"
 #include "trace/flight_recorder.h"
@@ -700,8 +701,12 @@ void Communicator::fail(Work& work, Error error) {
   log().error("{}", error.what());
   // The watchdog dumps (and under its abort policy exits) before anyone can see the error, so
   // a program that ends on it still leaves its flight recorder behind. An abort is no failure
-  // of the job's own: whoever aborted has already reported why.
-  const bool report = error.code() != ErrorCode::kAborted;
+  // of the job's own: whoever aborted has already reported why, and an aborted communicator's
+  // ops fail as its consequence. A dead peer, when the job repairs around dead ranks, is the
+  // program's to handle (MESHRT_ON_RANK_FAILURE=continue).
+  const bool report =
+      error.code() != ErrorCode::kAborted && !aborted_.load() &&
+      !(error.code() == ErrorCode::kPeerFailure && Watchdog::instance().repairs_in_place());
   const bool timed_out = error.code() == ErrorCode::kTimeout;
   const std::string message = error.what();
   work.record_failure(std::move(error));
@@ -884,6 +889,11 @@ WorkHandle Communicator::batch_isend_irecv(std::span<const P2POp> ops, OpOptions
 }
 
 std::shared_ptr<Communicator> Communicator::split(int color, int key, CommOptions options) {
+  return split_into(color, key, std::move(options), info_->epoch);
+}
+
+std::shared_ptr<Communicator> Communicator::split_into(int color, int key, CommOptions options,
+                                                       int epoch) {
   if (color < kNoColor) {
     throw Error(ErrorCode::kInvalidArgument, {global_rank(), name(), "split", -1},
                 fmt::format("color {} is negative (use kNoColor to join no group)", color));
@@ -905,7 +915,7 @@ std::shared_ptr<Communicator> Communicator::split(int color, int key, CommOption
   }();
   auto result = std::make_shared<std::promise<std::shared_ptr<Communicator>>>();
   auto future = result->get_future();
-  auto job = [this, result, exchange, mine, all, index, timeout_ms, color, options] {
+  auto job = [this, result, exchange, mine, all, index, timeout_ms, color, options, epoch] {
     try {
       exchange->wait();
       if (color == kNoColor) {
@@ -939,6 +949,7 @@ std::shared_ptr<Communicator> Communicator::split(int color, int key, CommOption
       child.rank = spec.rank;
       child.global_rank = global_rank();
       child.timeout_ms = timeout_ms.count();
+      child.epoch = epoch;
       result->set_value(std::make_shared<Communicator>(
           std::move(child), make_child_backend(spec, options, child), resources_, job_));
     } catch (const Error& e) {
@@ -957,6 +968,112 @@ std::shared_ptr<Communicator> Communicator::split(int color, int key, CommOption
   }
   start_queued_elsewhere();
   return future.get();
+}
+
+std::shared_ptr<Communicator> Communicator::shrink(std::span<const int> excluded, ShrinkMode mode,
+                                                   CommOptions options) {
+  const ErrorContext where{global_rank(), name(), "shrink", -1};
+  std::vector<int> out(excluded.begin(), excluded.end());
+  std::sort(out.begin(), out.end());
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] < 0 || out[i] >= size()) {
+      throw Error(ErrorCode::kInvalidArgument, where,
+                  fmt::format("excluded rank {} is not a group rank of this {}-rank communicator",
+                              out[i], size()));
+    }
+    if (i > 0 && out[i] == out[i - 1]) {
+      throw Error(ErrorCode::kInvalidArgument, where,
+                  fmt::format("rank {} is excluded twice", out[i]));
+    }
+  }
+  if (static_cast<int>(out.size()) == size()) {
+    throw Error(
+        ErrorCode::kInvalidArgument, where,
+        fmt::format("every one of the {} ranks is excluded: no communicator is left", size()));
+  }
+  const bool left_out = std::binary_search(out.begin(), out.end(), rank());
+  if (options.name.empty()) {
+    // "mesh0/dp" -> "mesh0/dp@1" -> "mesh0/dp@2": the name says which repair made it.
+    std::string base = name();
+    if (const size_t at = base.rfind('@');
+        at != std::string::npos &&
+        base.find_first_not_of("0123456789", at + 1) == std::string::npos) {
+      base.resize(at);
+    }
+    options.name = fmt::format("{}@{}", base, info_->epoch + 1);
+  }
+  if (options.description.empty()) options.description = description();
+  if (mode == ShrinkMode::kDefault) {
+    // Every rank is alive: a split, collective over all of them, with the excluded left out.
+    return split_into(left_out ? kNoColor : 0, rank(), std::move(options), info_->epoch + 1);
+  }
+  if (left_out) {
+    throw Error(ErrorCode::kInvalidArgument, where,
+                fmt::format("rank {} is among the excluded ranks [{}]: under ShrinkMode::kAbort "
+                            "only the survivors call shrink()",
+                            rank(), fmt::join(out, ", ")));
+  }
+  try {
+    backend_->check_can_shrink();
+  } catch (const Error& e) {
+    throw Error(e.code(), where, e.detail());
+  }
+  // Every op queued or issued from now on fails; the backend fails the one in flight.
+  if (!aborted_.exchange(true)) hooks_->run_abort();
+  SplitSpec spec;
+  for (int r = 0; r < size(); ++r) {
+    if (!std::binary_search(out.begin(), out.end(), r)) spec.parent_ranks.push_back(r);
+  }
+  spec.excluded = out;
+  spec.rank =
+      static_cast<int>(std::find(spec.parent_ranks.begin(), spec.parent_ranks.end(), rank()) -
+                       spec.parent_ranks.begin());
+  // Survivors that disagree on the excluded ranks wait under different keys and time out, rather
+  // than connect a group of the wrong size.
+  spec.store_key = fmt::format("{}/shrink-{}", info_->store_key, fmt::join(out, "."));
+  spec.name = options.name;
+  spec.timeout = capped_timeout(options.timeout.count() > 0 ? options.timeout : timeout());
+  trace::CommInfo child;
+  child.store_key = spec.store_key;
+  child.name = spec.name;
+  child.description = options.description;
+  child.mesh_dim = options.mesh_dim.empty() ? info_->mesh_dim : options.mesh_dim;
+  for (int r : spec.parent_ranks) child.global_ranks.push_back(info_->global_ranks[r]);
+  child.rank = spec.rank;
+  child.global_rank = global_rank();
+  child.timeout_ms = spec.timeout.count();
+  child.epoch = info_->epoch + 1;
+  std::vector<int> out_global;
+  for (int r : out) out_global.push_back(info_->global_ranks[r]);
+  log().warn("'{}': shrinking around ranks [{}] (global [{}]) into '{}' of {} ranks", name(),
+             fmt::join(out, ", "), fmt::join(out_global, ", "), spec.name,
+             spec.parent_ranks.size());
+  try {
+    start_queued_elsewhere();
+    auto backend = backend_->shrink(spec);
+    return std::make_shared<Communicator>(std::move(child), std::move(backend), resources_, job_);
+  } catch (const Error& e) {
+    throw Error(e.code(), where, e.detail());
+  } catch (const std::exception& e) {
+    throw Error(ErrorCode::kBackend, where, e.what());
+  }
+}
+
+std::vector<int> Communicator::failed_ranks() const {
+  std::vector<int> failed = backend_->failed_peers();
+  if (job_ && job_->store) {
+    try {
+      for (int g : DeadRanks::instance().among(*job_->store, info_->global_ranks)) {
+        const auto it = std::find(info_->global_ranks.begin(), info_->global_ranks.end(), g);
+        failed.push_back(static_cast<int>(it - info_->global_ranks.begin()));
+      }
+    } catch (const std::exception& e) {
+      log().debug("'{}': reading the job's dead ranks failed: {}", name(), e.what());
+    }
+  }
+  std::sort(failed.begin(), failed.end());
+  failed.erase(std::unique(failed.begin(), failed.end()), failed.end());
+  return failed;
 }
 
 std::unique_ptr<Backend> Communicator::make_child_backend(const SplitSpec& spec,

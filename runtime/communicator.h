@@ -92,6 +92,19 @@ struct OpOptions {
 // Passed as split()'s color by ranks that join no new communicator (like NCCL_SPLIT_NOCOLOR).
 inline constexpr int kNoColor = -1;
 
+// How Communicator::shrink() treats the ranks it leaves out and the ops in flight (PyTorch's
+// SHRINK_DEFAULT and SHRINK_ABORT).
+enum class ShrinkMode : uint8_t {
+  // A planned removal: every rank calls shrink(), the excluded ones too (they get nullptr), in op
+  // order like split(), after the ops queued before it. Every backend.
+  kDefault,
+  // Repair around dead ranks: only the survivors call it. It fails every op of this communicator
+  // in flight or queued at once, never waiting one out, then connects the survivors without the
+  // dead (Gloo and in-process through the store or memory, NCCL by ncclCommShrink; MPI refuses).
+  // This communicator stays aborted.
+  kAbort,
+};
+
 // A group of ranks on which ops run asynchronously: each op call validates its arguments (throwing
 // Error(kInvalidArgument) at once when they are wrong), then hands the op to its backend and
 // returns its WorkHandle; Work::wait() throws the op's failure. NCCL and MPI ops are launched on
@@ -229,10 +242,26 @@ class Communicator {
   // for options.backend naming a backend not built in or a world not made by init().
   std::shared_ptr<Communicator> split(int color, int key, CommOptions options = {});
 
+  // A communicator of this one's ranks but `excluded` (group ranks), renumbered in order, named
+  // "<name>@<epoch>" in the next repair epoch (options.name overrides). Every survivor must
+  // pass the same ranks (docs/repair.md). Throws kInvalidArgument for ranks out of range or
+  // given twice, for excluding every rank and, under kAbort, on an excluded rank; kNotSupported
+  // where the backend cannot (MPI under kAbort); the connection's Error.
+  std::shared_ptr<Communicator> shrink(std::span<const int> excluded,
+                                       ShrinkMode mode = ShrinkMode::kDefault,
+                                       CommOptions options = {});
+  // Group ranks known to have died, ascending: processes that ended without their exit barrier
+  // (meshrun records each in the job store within 100 ms of its end, on any node), peers whose
+  // process exited (Gloo shared memory), ranks that aborted the group (in-process). One store
+  // request when nothing changed. Never throws: a store it cannot read adds no rank.
+  std::vector<int> failed_ranks() const;
+  // The repair epoch: 0 at first, one more for each shrink (CommInfo::epoch).
+  int epoch() const { return info_->epoch; }
+
   // Fails every op not started yet, and every later one, with kAborted. Any thread may call it.
   // An op already running ends as its backend allows: in-process fails it (and the peers' ops)
-  // with kPeerFailure; Gloo fails one through shared memory with kAborted, but cannot interrupt
-  // one over TCP, which ends at its timeout.
+  // with kPeerFailure; Gloo fails one through shared memory with kAborted, and one over TCP with
+  // kPeerFailure by shutting its connections down (the peers' ops on them fail too).
   void abort() noexcept;
 
   // Registers `hook` to run before each later op of this communicator is numbered and launched
@@ -344,6 +373,8 @@ class Communicator {
   // returned in `enqueue_ns`), tells the sinks, and sets the work's driver. Call under the
   // numbering lock (see collective_seq_), numbering done, before the work is shared.
   void publish_locked(Work& work, Op& op, uint64_t op_seq, int64_t& enqueue_ns);
+  // split() and a default-mode shrink(): the new communicator is in repair epoch `epoch`.
+  std::shared_ptr<Communicator> split_into(int color, int key, CommOptions options, int epoch);
   // split(): the new group's backend, of options.backend when it names another kind.
   std::unique_ptr<Backend> make_child_backend(const SplitSpec& spec, const CommOptions& options,
                                               const trace::CommInfo& child) const;

@@ -45,8 +45,9 @@ enum class ErrorCode {
   kStore,
   // This communicator was aborted (abort(), or the watchdog under MESHRT_ON_TIMEOUT=throw after
   // an op overran its timeout): every op not yet started and every later one fails with it, and
-  // so does one in a Gloo shared-memory exchange. Final: create a new communicator. Peers see
-  // kPeerFailure (in-process) or kTimeout (Gloo).
+  // so does one in a Gloo shared-memory exchange. Final: create a new communicator, or shrink()
+  // it. Peers waiting on the aborted rank see kPeerFailure (Gloo closes its connections and
+  // leaves its shared-memory segment).
   kAborted,
   // The backend or build lacks the feature. Reserved: nothing throws it yet (CUDA buffers on a CPU
   // backend and send/recv to self are kInvalidArgument). Retrying cannot help.

@@ -23,6 +23,7 @@
 #include "runtime/error_file.h"
 #include "runtime/fatal_signal.h"
 #include "runtime/monitor_process.h"
+#include "runtime/rank_failures.h"
 #include "runtime/store/dump_keys.h"
 #include "runtime/store/exit_keys.h"
 #include "runtime/store/prefix_store.h"
@@ -217,7 +218,16 @@ struct WorldResources {
     }
   }
 
-  // Until every rank arrived, or the job failed and this rank has dumped.
+  // Ranks that died, when the job repairs around them (they never arrive); else 0.
+  int dead_ranks(const Watchdog& watchdog) const {
+    if (!watchdog.repairs_in_place()) return 0;
+    std::vector<int> all(static_cast<size_t>(world_size));
+    std::iota(all.begin(), all.end(), 0);
+    return static_cast<int>(DeadRanks::instance().among(*store, all).size());
+  }
+
+  // Until every rank arrived (every living one, when the job repairs), or the job failed and
+  // this rank has dumped.
   void wait_for_arrivals(Watchdog& watchdog) {
     const auto deadline = std::chrono::steady_clock::now() + exit_timeout;
     while (std::chrono::steady_clock::now() < deadline) {
@@ -227,7 +237,7 @@ struct WorldResources {
         watchdog.wait_dumped(std::chrono::seconds(10));
         return;
       }
-      if (store->add(exit_keys::kArrived, 0) >= world_size) return;
+      if (store->add(exit_keys::kArrived, 0) >= world_size - dead_ranks(watchdog)) return;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     std::vector<int> missing;
@@ -251,7 +261,7 @@ struct WorldResources {
     while (std::chrono::steady_clock::now() < deadline) {
       watchdog.poll_remote_signal();
       const int64_t left = store->add(exit_keys::kLeft, 0);
-      if (left >= world_size - 1) return;
+      if (left >= world_size - 1 - dead_ranks(watchdog)) return;
       if (watchdog.job_failed()) {
         const auto now = std::chrono::steady_clock::now();
         if (!failed_at) failed_at = now;

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "runtime/fatal_signal.h"
+#include "runtime/rank_failures.h"
 #include "runtime/store/dump_keys.h"
 #include "runtime/store/exit_keys.h"
 #include "trace/env.h"
@@ -48,6 +49,8 @@ WatchdogOptions watchdog_options_from_env() {
   o.heartbeat_timeout =
       env::get_ms({"MESHRT_HEARTBEAT_TIMEOUT_MS"}, 1).value_or(o.heartbeat_timeout);
   if (auto v = env::get({"MESHRT_DUMP_PIPE", "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"})) o.pipe_stem = *v;
+  o.repair_in_place =
+      env::get_choice({"MESHRT_ON_RANK_FAILURE"}, {"restart-job", "continue"}) == "continue";
   return o;
 }
 
@@ -201,6 +204,7 @@ void Watchdog::loop() {
     poll_pipe();
     progress_all();
     scan_timeouts();
+    abort_ops_waiting_for_dead();
     publish_progress();
     if (std::chrono::steady_clock::now() >= next_signal_poll) {
       poll_remote_signal();
@@ -277,7 +281,7 @@ void Watchdog::scan_timeouts() {
 void Watchdog::apply_policy(Watched* comm) {
   if (policy() == TimeoutPolicy::kAbort) exit_after_dumps();
   if (policy() == TimeoutPolicy::kThrow) {
-    // Backends that can interrupt an op (in-process; not Gloo) fail its waiters now.
+    // Backends that can interrupt an op (in-process, Gloo) fail its waiters now.
     std::lock_guard lock(mu_);
     if (std::find(comms_.begin(), comms_.end(), comm) != comms_.end()) comm->abort();
   }
@@ -291,7 +295,7 @@ void Watchdog::check_left_peers() {
   constexpr int64_t kGoneNs = 2'000'000'000;
   const int64_t now = trace::steady_now_ns();
   std::shared_ptr<Store> store;
-  std::vector<trace::OpRecord> waiting;
+  std::vector<std::pair<Watched*, trace::OpRecord>> waiting;
   {
     std::lock_guard lock(mu_);
     store = store_;
@@ -300,7 +304,7 @@ void Watchdog::check_left_peers() {
       auto rec = c->running_record();
       if (!rec || !rec->comm) continue;
       const int64_t since = rec->start_ns != 0 ? rec->start_ns : rec->enqueue_ns;
-      if (since != 0 && now - since >= kWaitedNs) waiting.push_back(std::move(*rec));
+      if (since != 0 && now - since >= kWaitedNs) waiting.emplace_back(c, std::move(*rec));
     }
   }
   if (const uint64_t g = job_generation_.load(); g != left_peers_generation_) {
@@ -310,7 +314,7 @@ void Watchdog::check_left_peers() {
   if (waiting.empty() || store_quiet()) return;
   try {
     if (store->add(exit_keys::kRecords, 0) <= 0) return;
-    for (const trace::OpRecord& rec : waiting) {
+    for (const auto& [comm, rec] : waiting) {
       const trace::CommInfo& info = *rec.comm;
       const int64_t seq = static_cast<int64_t>(trace::trace_seq(rec));
       std::vector<int> never_called;  // Proven: ended the communicator before the op.
@@ -329,6 +333,8 @@ void Watchdog::check_left_peers() {
             never_called.push_back(peer);
             last_seq = std::max(last_seq, last->second);
           }
+        } else if (options_.repair_in_place && !left->ended.empty()) {
+          // A dead peer: abort_ops_waiting_for_dead() fails the op, and the program repairs.
         } else if (gone.empty() && now - left->seen_ns >= kGoneNs &&
                    (!left->ended.empty() || last != left->last_collective.end())) {
           // A process that ended, or a p2p peer that ended this communicator: it cannot act
@@ -357,6 +363,19 @@ void Watchdog::check_left_peers() {
             one ? "it" : "they", rec.op, seq);
       }
       if (why.empty()) continue;
+      if (options_.repair_in_place) {
+        // A peer that left its program while this rank waits: in a job that repairs, one that
+        // left with a dead rank's replica. The op fails now; the program shrinks around them.
+        if (repaired_comms_.insert(info.uid).second) {
+          log().warn(
+              "{}; failing the op now so that this rank can repair "
+              "(MESHRT_ON_RANK_FAILURE=continue)",
+              why);
+        }
+        std::lock_guard lock(mu_);
+        if (std::find(comms_.begin(), comms_.end(), comm) != comms_.end()) comm->abort();
+        continue;
+      }
       const int64_t since = rec.start_ns != 0 ? rec.start_ns : rec.enqueue_ns;
       trace::DumpTrigger t{
           info.global_rank, info.name, trace::trace_seq(rec), std::string(rec.op),
@@ -371,6 +390,52 @@ void Watchdog::check_left_peers() {
   } catch (const std::exception& e) {
     store_failed();
     log().debug("reading the peers' exit records failed: {}", e.what());
+  }
+}
+
+void Watchdog::abort_ops_waiting_for_dead() {
+  // Younger ops are left alone: most finish by then, and each look costs a store request.
+  constexpr int64_t kWaitedNs = 100'000'000;
+  if (!options_.repair_in_place) return;
+  const int64_t now = trace::steady_now_ns();
+  std::shared_ptr<Store> store;
+  std::vector<std::pair<Watched*, std::shared_ptr<const trace::CommInfo>>> waiting;
+  std::vector<int> members;
+  {
+    std::lock_guard lock(mu_);
+    store = store_;
+    if (!store) return;
+    for (Watched* c : comms_) {
+      auto rec = c->running_record();
+      if (!rec || !rec->comm) continue;
+      const int64_t since = rec->start_ns != 0 ? rec->start_ns : rec->enqueue_ns;
+      if (since == 0 || now - since < kWaitedNs) continue;
+      members.insert(members.end(), rec->comm->global_ranks.begin(), rec->comm->global_ranks.end());
+      waiting.emplace_back(c, rec->comm);
+    }
+  }
+  if (waiting.empty() || store_quiet()) return;
+  std::sort(members.begin(), members.end());
+  members.erase(std::unique(members.begin(), members.end()), members.end());
+  try {
+    const std::vector<int> dead = DeadRanks::instance().among(*store, members);
+    if (dead.empty()) return;
+    for (const auto& [comm, info] : waiting) {
+      std::vector<int> gone;
+      for (int g : info->global_ranks) {
+        if (std::binary_search(dead.begin(), dead.end(), g)) gone.push_back(g);
+      }
+      if (gone.empty() || !repaired_comms_.insert(info->uid).second) continue;
+      log().warn(
+          "'{}': rank(s) [{}] died; failing its op in flight now so that this rank can "
+          "repair (MESHRT_ON_RANK_FAILURE=continue)",
+          info->name, fmt::join(gone, ", "));
+      std::lock_guard lock(mu_);
+      if (std::find(comms_.begin(), comms_.end(), comm) != comms_.end()) comm->abort();
+    }
+  } catch (const std::exception& e) {
+    store_failed();
+    log().debug("reading the job's dead ranks failed: {}", e.what());
   }
 }
 

@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -29,7 +30,7 @@ class Watched {
   // The record of the op executing now, if any.
   virtual std::optional<trace::OpRecord> running_record() const = 0;
   // Fails every op not yet started with kAborted; one already running ends as its backend allows
-  // (in-process: at once; Gloo: at its timeout).
+  // (in-process and Gloo: at once).
   virtual void abort() noexcept = 0;
   // Polls launched ops (NCCL, MPI): completes finished ones and fails those past their timeout,
   // even when nobody waits for them. Called by the watchdog thread every poll interval.
@@ -57,6 +58,11 @@ struct WatchdogOptions {
   // MESHRT_DUMP_WAIT_MS: under kAbort, how long to wait for every rank's dump before exiting.
   std::chrono::milliseconds dump_wait{10000};
   std::string pipe_stem;  // MESHRT_DUMP_PIPE (alias TORCH_NCCL_DEBUG_INFO_PIPE_FILE).
+  // MESHRT_ON_RANK_FAILURE=continue (meshrun --on-rank-failure=continue sets it; default
+  // restart-job): the job repairs around dead ranks (docs/repair.md). An op waiting for a dead
+  // rank is aborted within a poll of its record, a peer failure neither dumps nor exits, and the
+  // exit barrier waits for the living only.
+  bool repair_in_place = false;
 };
 
 // Reads the variables named in WatchdogOptions.
@@ -88,6 +94,8 @@ class Watchdog {
   // The policy when MESHRT_ON_TIMEOUT is unset (in-process worlds set kThrow).
   void set_default_policy(TimeoutPolicy policy);
   TimeoutPolicy policy() const;
+  // WatchdogOptions::repair_in_place.
+  bool repairs_in_place() const { return options_.repair_in_place; }
 
   // Called on the worker before a failed op is marked failed: dumps, signals and, under kAbort,
   // exits. Returns only when the job goes on.
@@ -115,8 +123,13 @@ class Watchdog {
   // Fires for an op that has waited a second or more for a peer that has left the job: the
   // peer's exit record shows it never issued the op (it returned from its program early), or its
   // process ended without one (exit_keys.h). Names the peer and the op it will never call; under
-  // kAbort the process then exits (under throw and continue the op ends at its timeout).
+  // kAbort the process then exits (under throw and continue the op ends at its timeout). Under
+  // repair_in_place it aborts the op's communicator instead: the program repairs.
   void check_left_peers();
+  // Under repair_in_place: aborts every communicator whose op has run 100 ms or more while a
+  // member is dead (rank_failures.h), so that the op fails now instead of at its timeout.
+  void abort_ops_waiting_for_dead();
+  std::set<uint64_t> repaired_comms_;  // CommInfo::uid of those it aborted (watchdog thread).
   // A peer's exit record (runtime/store/exit_keys.h), and when this rank first saw it.
   struct LeftPeer {
     std::string ended;  // meshrun's "exited with code 0"; empty: from its exit barrier.

@@ -1,7 +1,8 @@
 /* The C API from C (compiled -std=c11 -pedantic -Werror, linked by the C compiler): every
  * collective and p2p op on an in-process world of 8 ranks (and, with --world, the collectives
  * on 8 processes under meshrun), checked element-wise; async works; a
- * split and a 2x4 mesh; scopes; user-defined reducers (opaque records and typed); and every status
+ * split and a 2x4 mesh; scopes; user-defined reducers (opaque records and typed); shrinking
+ * around a rank (planned, and after it died) and a mesh around a dead replica; and every status
  * code the API can return from its callers' mistakes, with the message that names the call. Prints
  * "c_api ok" and exits 0, else lists what failed and exits 1. */
 /* nanosleep: POSIX, not C11. */
@@ -19,6 +20,7 @@
 
 static atomic_int failures;
 static atomic_int late_recv_timed_out; /* Rank 1 tells rank 0 when to send the late message. */
+static atomic_int mesh_rank_died;      /* mesh_repair's rank 7 has aborted. */
 
 static void fail(int rank, const char* what, long detail) {
   atomic_fetch_add(&failures, 1);
@@ -395,6 +397,101 @@ static void mistakes(meshrt_comm* world, int r) {
                 "bad phase");
 }
 
+/* Repair in place on copies of the world. A planned shrink leaves rank 0 out. Then the last rank
+ * drops out and the others shrink around it with MESHRT_SHRINK_ABORT. With threads it aborts
+ * first, as a dead rank would: the others' op fails, failed_ranks names it, and a 2x4 mesh drops
+ * its replica. Processes skip that part, since without MESHRT_ON_RANK_FAILURE=continue an op
+ * failing on a dead peer ends the job. */
+static void repair(meshrt_comm* world, int r, int n, int threads) {
+  meshrt_comm *dup = NULL, *planned = NULL, *shrunk = NULL;
+  expect_status(r, meshrt_comm_split(world, 0, r, &dup), MESHRT_OK, "repair: split");
+  const int first = 0, last = n - 1;
+  expect_status(r, meshrt_comm_shrink(dup, &first, 1, MESHRT_SHRINK_DEFAULT, &planned), MESHRT_OK,
+                "shrink (planned)");
+  if ((planned == NULL) != (r == 0)) fail(r, "planned shrink's NULL on rank 0 only", r);
+  if (planned != NULL) {
+    int32_t x = r;
+    expect_status(r, meshrt_all_reduce(planned, &x, 1, MESHRT_INT32, MESHRT_SUM, NULL), MESHRT_OK,
+                  "all_reduce after a planned shrink");
+    if (x != n * (n - 1) / 2) fail(r, "sum after a planned shrink", x);
+    const char* name = NULL;
+    meshrt_comm_name(planned, &name);
+    if (name == NULL || strstr(name, "@1") == NULL) fail(r, "planned shrink's name", 0);
+    meshrt_comm_free(planned);
+  }
+  if (r == last) {
+    if (threads) meshrt_comm_abort(dup); /* Dies. */
+    meshrt_comm_free(dup);
+    return;
+  }
+  if (threads) {
+    int32_t y = 1;
+    meshrt_status st = meshrt_all_reduce(dup, &y, 1, MESHRT_INT32, MESHRT_SUM, NULL);
+    if (st != MESHRT_ERR_PEER_FAILURE) fail(r, "op with a dead rank", (long)st);
+    int dead[4] = {-1, -1, -1, -1};
+    size_t count = 0;
+    expect_status(r, meshrt_comm_failed_ranks(dup, dead, 4, &count), MESHRT_OK, "failed_ranks");
+    if (count != 1 || dead[0] != last) fail(r, "failed_ranks", (long)count);
+  }
+  expect_status(r, meshrt_comm_shrink(dup, &last, 1, MESHRT_SHRINK_ABORT, &shrunk), MESHRT_OK,
+                "shrink (abort)");
+  int size = 0;
+  meshrt_comm_size(shrunk, &size);
+  if (size != n - 1) fail(r, "shrunk size", size);
+  int32_t z = 1;
+  expect_status(r, meshrt_all_reduce(shrunk, &z, 1, MESHRT_INT32, MESHRT_SUM, NULL), MESHRT_OK,
+                "all_reduce after shrinking around a rank");
+  if (z != n - 1) fail(r, "sum after shrinking around a rank", z);
+  expect_status(r, meshrt_comm_shrink(shrunk, &r, 1, MESHRT_SHRINK_ABORT, &planned),
+                MESHRT_ERR_INVALID_ARGUMENT, "shrink excluding the caller");
+  expect_error_mentions(r, "only the survivors call shrink()", "shrink's error");
+  meshrt_comm_free(shrunk);
+  meshrt_comm_free(dup);
+}
+
+/* The mesh side of repair, with threads: a 2x4 mesh loses global rank 7; its dp replica (ranks
+ * 4-7) leaves and ranks 0-3 go on as a 1x4 mesh. */
+static void mesh_repair(meshrt_comm* world, int r) {
+  meshrt_comm* dup = NULL;
+  meshrt_mesh *mesh = NULL, *shrunk = NULL;
+  expect_status(r, meshrt_comm_split(world, 0, r, &dup), MESHRT_OK, "mesh repair: split");
+  const int64_t shape[2] = {2, 4};
+  const char* names[2] = {"dp", "tp"};
+  expect_status(r, meshrt_init_device_mesh(dup, shape, names, 2, &mesh), MESHRT_OK, "mesh");
+  if (r == 7) {
+    meshrt_comm_abort(dup);
+    atomic_store(&mesh_rank_died, 1);
+  } else {
+    /* Most ranks share no group with rank 7: their op could finish before it died. */
+    const struct timespec ms = {0, 1000000};
+    while (atomic_load(&mesh_rank_died) == 0) nanosleep(&ms, NULL);
+    meshrt_comm* dp = NULL;
+    meshrt_mesh_comm(mesh, "dp", &dp);
+    int32_t g = 1;
+    meshrt_status st = meshrt_all_reduce(dp, &g, 1, MESHRT_INT32, MESHRT_SUM, NULL);
+    if (st != MESHRT_ERR_PEER_FAILURE) fail(r, "dp op with a dead rank", (long)st);
+    meshrt_comm_free(dp);
+    int dead[8];
+    size_t count = 0;
+    expect_status(r, meshrt_mesh_failed_ranks(mesh, dead, 8, &count), MESHRT_OK, "mesh failed");
+    if (count < 1 || dead[count - 1] != 7) fail(r, "mesh failed_ranks", (long)count);
+    expect_status(r, meshrt_mesh_shrink(mesh, dead, count, &shrunk), MESHRT_OK, "mesh shrink");
+    if ((shrunk == NULL) != (r >= 4)) fail(r, "mesh shrink's NULL on the dead replica", r);
+    if (shrunk != NULL) {
+      meshrt_comm* tp = NULL;
+      meshrt_mesh_comm(shrunk, "tp", &tp);
+      int32_t x = r;
+      expect_status(r, meshrt_all_reduce(tp, &x, 1, MESHRT_INT32, MESHRT_SUM, NULL), MESHRT_OK,
+                    "tp all_reduce after a mesh shrink");
+      if (x != 0 + 1 + 2 + 3) fail(r, "tp sum after a mesh shrink", x);
+      meshrt_comm_free(tp);
+      meshrt_mesh_free(shrunk);
+    }
+  }
+  meshrt_mesh_free(mesh);
+  meshrt_comm_free(dup);
+}
+
 /* user: non-NULL when the ranks are threads (their p2p test passes messages between them). */
 static void rank_main(meshrt_comm* world, void* user) {
   int r = -1, n = 0;
@@ -408,6 +505,8 @@ static void rank_main(meshrt_comm* world, void* user) {
   v_collectives(world, r, n);
   comms_summary(world, r);
   mistakes(world, r);
+  repair(world, r, n, user != NULL);
+  if (user != NULL) mesh_repair(world, r);
   /* Last: an aborted communicator fails every later op with MESHRT_ERR_ABORTED. */
   meshrt_comm* own = NULL;
   expect_status(r, meshrt_comm_split(world, r, 0, &own), MESHRT_OK, "split of one");

@@ -125,14 +125,16 @@ std::vector<int> reap_left_behind(const std::string& marker) {
   return left;
 }
 
-JobRun run_case(const std::string& mode, std::chrono::milliseconds op_timeout) {
+JobRun run_case(const std::string& mode, std::chrono::milliseconds op_timeout,
+                const std::vector<std::string>& meshrun_flags = {}) {
   const std::string marker = new_marker();
   const fs::path dir = fs::temp_directory_path() / marker;
   fs::create_directories(dir);
-  const pid_t pid =
-      start_meshrun({"--standalone", "--nproc-per-node", "4", "--log-dir", (dir / "logs").string(),
-                     "--tee", "3", MESHRT_FAULT_WORKER, mode, marker},
-                    dir, "", op_timeout);
+  std::vector<std::string> args = {
+      "--standalone", "--nproc-per-node", "4", "--log-dir", (dir / "logs").string(), "--tee", "3"};
+  args.insert(args.end(), meshrun_flags.begin(), meshrun_flags.end());
+  args.insert(args.end(), {MESHRT_FAULT_WORKER, mode, marker});
+  const pid_t pid = start_meshrun(args, dir, "", op_timeout);
   JobRun run;
   std::optional<Clock::time_point> fault_at;
   run.exit_code = wait_exit(pid, 60s, [&] {
@@ -236,6 +238,44 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"p2p", {2}, kAll, "rank ", "", kOpTimeout, ""},
         Case{"segv", {3}, kAll, "rank 3 (node 0", "", kOpTimeout, ""}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.mode; });
+
+// The faults again under --on-rank-failure=continue, where a rank's death does not end the job:
+// fault_worker does not repair, so each survivor fails on its dead peer and ends (its op fails
+// at once: no dump, no watchdog exit), until none is left; a hang still ends in the watchdog's
+// verdict as without continue. Either way the job ends within the op timeout + 5 s of the
+// fault, fails, says what happened, and leaves no process.
+struct ContinueCase {
+  std::string mode;
+  std::vector<std::string> says;  // In meshrun's stderr.
+};
+
+class FaultsContinue : public ::testing::TestWithParam<ContinueCase> {};
+
+TEST_P(FaultsContinue, EndInTimeSayWhatHappenedAndLeaveNoProcess) {
+  const ContinueCase& c = GetParam();
+  const JobRun run = run_case(c.mode, kOpTimeout, {"--on-rank-failure=continue"});
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  ASSERT_TRUE(run.fault_to_end.has_value()) << "rank 3 never reached step 3\n" << run.err;
+  std::printf("%s under continue: fault to job end %.1f s\n", c.mode.c_str(),
+              std::chrono::duration<double>(*run.fault_to_end).count());
+  EXPECT_LE(*run.fault_to_end, kOpTimeout + 5s) << run.err;
+  for (const std::string& text : c.says) {
+    EXPECT_NE(run.err.find(text), std::string::npos) << text << "\n" << run.err;
+  }
+  EXPECT_EQ(run.left_behind, std::vector<int>{});
+  if (!HasFailure()) fs::remove_all(run.attempt_dir.parent_path().parent_path());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    ContinueMatrix, FaultsContinue,
+    ::testing::Values(ContinueCase{"kill9",
+                                   {"rank 3 (pid ", "died of SIGKILL",
+                                    "the job continues with 3 of 4 ranks", "every rank has died"}},
+                      ContinueCase{"segv",
+                                   {"died of SIGSEGV", "the job continues with 3 of 4 ranks"}},
+                      ContinueCase{"user_hang", {"first failure: rank ", "exited with code 70"}},
+                      ContinueCase{"wrong_op", {"first failure: rank ", "exited with code 70"}}),
+    [](const ::testing::TestParamInfo<ContinueCase>& info) { return info.param.mode; });
 
 // (g) Two agents on loopback; node 1's agent is killed with SIGKILL while rank 3 (node 1) sits in
 // user code and ranks 0-2 wait for it. Node 0 sees node 1's heartbeat stop (3 s), has its own

@@ -35,6 +35,9 @@ inline constexpr std::string_view kRecordsDropped = "records_dropped";
 inline constexpr std::string_view kMeshDims = "mesh_dims";
 inline constexpr std::string_view kPgConfig = "pg_config";
 inline constexpr std::string_view kPgStatus = "pg_status";
+// meshrt's: the repair epochs this dump's communicators belong to (CommInfo::epoch), ascending:
+// [{epoch, ranks: the global ranks of its communicators, groups: their names}].
+inline constexpr std::string_view kEpochs = "epochs";
 // meshrt's: every thread's stack at the dump (trace/thread_stacks.h), [{tid, name, main,
 // answered, frames: [{function, file, line}]}]; absent from crash dumps (written by a child that
 // has one thread).
@@ -56,6 +59,8 @@ inline constexpr std::string_view kName = "name";  // Also a key of `frames`.
 inline constexpr std::string_view kDesc = "desc";
 inline constexpr std::string_view kRanks = "ranks";
 inline constexpr std::string_view kStoreKey = "store_key";
+inline constexpr std::string_view kEpoch = "epoch";  // Also an entry key (meshrt's).
+inline constexpr std::string_view kGroups = "groups";
 
 // `pg_status` values.
 inline constexpr std::string_view kLastEnqueuedCollective = "last_enqueued_collective";

@@ -122,6 +122,7 @@ const std::vector<std::string_view>& known_variables() {
       "MESHRT_NCCL_CHECK_POINTERS",
       "MESHRT_NCCL_USE_CALLER_STREAM",
       "MESHRT_NCCL_WATCH_GRAPHS",
+      "MESHRT_ON_RANK_FAILURE",
       "MESHRT_ON_TIMEOUT",
       "MESHRT_PROGRESS_PERIOD_MS",
       "MESHRT_RESTART_COUNT",

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -311,6 +312,7 @@ Json entry_json(const OpRecord& r, std::string_view type, std::string_view meta,
   e[fr::kMeshDim] = c.mesh_dim.empty() ? Json(nullptr) : Json(c.mesh_dim);
   e[fr::kGroupRanks] = c.global_ranks;
   e[fr::kGroupRank] = c.rank;
+  e[fr::kEpoch] = c.epoch;
   e[fr::kCudaGraphId] = r.cuda_graph_id == 0 ? Json(nullptr) : Json(r.cuda_graph_id);
   e[fr::kScope] = r.scope && r.scope->depth > 0
                       ? fmt::format("{} / {}", r.scope->path, phase_name(r.scope->phase))
@@ -470,6 +472,7 @@ std::string FlightRecorder::render(int rank, DumpFormat format, DumpReason reaso
                           {fr::kDesc, c->description},
                           {fr::kRanks, ranks_text(c->global_ranks)},
                           {fr::kStoreKey, c->store_key},
+                          {fr::kEpoch, c->epoch},
                           {fr::kMeshDim, c->mesh_dim.empty() ? Json(nullptr) : Json(c->mesh_dim)}};
     pg_status[std::to_string(c->uid)] = {
         {fr::kLastEnqueuedCollective, std::to_string(c->progress->last_enqueued_collective.load())},
@@ -480,6 +483,19 @@ std::string FlightRecorder::render(int rank, DumpFormat format, DumpReason reaso
       mesh_dims[c->mesh_dim] = {{fr::kGroup, c->name}, {fr::kGroupRanks, c->global_ranks}};
     }
   }
+  // Each epoch's members, so that a reader sees who took part before and after a repair.
+  std::map<int, std::pair<std::set<int>, std::vector<std::string>>> epochs;
+  for (const auto& c : comms) {
+    auto& [ranks, groups] = epochs[c->epoch];
+    ranks.insert(c->global_ranks.begin(), c->global_ranks.end());
+    groups.push_back(c->name);
+  }
+  Json epoch_list = Json::array();
+  for (const auto& [epoch, members] : epochs) {
+    epoch_list.push_back(
+        {{fr::kEpoch, epoch}, {fr::kRanks, members.first}, {fr::kGroups, members.second}});
+  }
+  doc[fr::kEpochs] = std::move(epoch_list);
   doc[fr::kMeshDims] = std::move(mesh_dims);
   doc[fr::kPgConfig] = std::move(pg_config);
   doc[fr::kPgStatus] = std::move(pg_status);

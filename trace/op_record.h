@@ -41,6 +41,10 @@ struct CommInfo {
   int rank = -1;                  // This process's rank in the group.
   int global_rank = -1;           // This process's global rank.
   int64_t timeout_ms = 0;         // Default op timeout.
+  // Repair generation: 0 for the job's first communicators; a shrink's is its parent's + 1, and
+  // splits inherit their parent's. Dumps list each epoch's members; meshtrace never matches ops
+  // across epochs.
+  int epoch = 0;
   // Shared so that the flight recorder can update it through a const CommInfo.
   std::shared_ptr<CommProgress> progress = std::make_shared<CommProgress>();
 };

@@ -24,6 +24,7 @@
 
 #include "runtime/backends/gloo/gloo_hierarchy.h"
 #include "runtime/backends/gloo/gloo_pair_channel.h"
+#include "runtime/backends/gloo/gloo_pair_shutdown.h"
 #include "runtime/backends/gloo/gloo_signature.h"
 #include "runtime/backends/gloo/gloo_store.h"
 #include "runtime/backends/gloo/shm_group.h"
@@ -34,6 +35,7 @@
 #include "runtime/collectives/slot_collectives.h"
 #include "runtime/error.h"
 #include "runtime/store/prefix_store.h"
+#include "runtime/watchdog.h"
 #include "trace/env.h"
 #include "trace/logging.h"
 
@@ -131,14 +133,26 @@ std::shared_ptr<gloo::transport::Device> make_device(const GlooConfig& config) {
   return gloo::transport::tcp::CreateDevice(attr);
 }
 
+// Connects a full mesh of Gloo pairs among `size` ranks under store key `key`, then waits until
+// every rank is connected (one side of a pair can finish before the other: a member that dropped
+// the context at once would close a connection its peer is still setting up). Every rank has
+// then read every address: each removes its own from the store, so that a long job (and each
+// repair epoch) leaves no connection keys behind.
 std::shared_ptr<gloo::Context> connect(const std::shared_ptr<Store>& store, const std::string& key,
                                        int rank, int size,
                                        std::shared_ptr<gloo::transport::Device>& device,
                                        std::chrono::milliseconds timeout) {
   auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
   context->setTimeout(timeout);
-  GlooStore gloo_store(std::make_shared<PrefixStore>(key, store), timeout);
+  auto prefixed = std::make_shared<PrefixStore>(key, store);
+  GlooStore gloo_store(prefixed, timeout);
   context->connectFullMesh(gloo_store, device);
+  if (size > 1) {
+    gloo::BarrierOptions o(context);
+    o.setTimeout(timeout);
+    gloo::barrier(o);
+  }
+  for (const std::string& written : gloo_store.keys_set()) prefixed->delete_key(written);
   return context;
 }
 
@@ -197,7 +211,13 @@ class GlooBackend : public Backend {
       // An escaping Gloo exception would abort the process: always translate. A collective whose
       // ranks passed different sizes fails here too (its messages never match): say so.
       Error error = translate(e);
-      if (gloo_timeout(op) < op.timeout && error.code() != ErrorCode::kInvalidArgument) {
+      // No diagnosis after an abort or, when the job repairs around dead ranks, for a closed
+      // connection: the peer is gone, and the survivors should not wait a second for its
+      // signature.
+      const bool peer_gone = aborted_.load() || (error.code() == ErrorCode::kPeerFailure &&
+                                                 Watchdog::instance().repairs_in_place());
+      if (gloo_timeout(op) < op.timeout && error.code() != ErrorCode::kInvalidArgument &&
+          !peer_gone) {
         error = gloo_diagnose(op, context_->rank, context_->size, *comm_store_,
                               diagnose_reserve(op), std::move(error), global_ranks_);
       }
@@ -209,14 +229,6 @@ class GlooBackend : public Backend {
     try {
       auto context = connect(store_, spec.store_key, spec.rank,
                              static_cast<int>(spec.parent_ranks.size()), device_, spec.timeout);
-      // One side of a pair can finish connecting before the other has: a member that dropped the
-      // new communicator at once would then close a connection its peer is still setting up.
-      // A barrier on the new context returns only once every member is connected.
-      if (context->size > 1) {
-        gloo::BarrierOptions o(context);
-        o.setTimeout(spec.timeout);
-        gloo::barrier(o);
-      }
       return std::make_unique<GlooBackend>(store_, spec.store_key, device_, std::move(context),
                                            shape_.recursive_doubling_max_bytes, shm_slot_bytes_,
                                            stripe_min_bytes_, overrides_, spec.timeout);
@@ -227,11 +239,33 @@ class GlooBackend : public Backend {
     }
   }
 
+  // The survivors connect afresh under the shrink's store key, as a split's members do; the
+  // old pairs are shut down first, so that no op of theirs waits on.
+  void check_can_shrink() const override {}
+  std::unique_ptr<Backend> shrink(const SplitSpec& spec) override {
+    abort();
+    return split(spec);
+  }
+
+  std::vector<int> failed_peers() const override {
+    return shm_ ? shm_->exited_peers() : std::vector<int>{};
+  }
+
   void abort() noexcept override {
-    // Gloo cannot interrupt an algorithm in progress: it ends at its timeout. A shared-memory
-    // exchange can. The communicator fails every op queued after the abort.
-    if (shm_) shm_->abort();
-    if (hierarchy_) hierarchy_->abort();
+    // Gloo cannot interrupt an algorithm in progress, but its pairs fail every wait once their
+    // sockets close: shut them down, which fails the peers' waits on this rank too, as leaving
+    // the shared-memory segment does there. The communicator fails every op queued after the
+    // abort.
+    aborted_.store(true);
+    if (shm_) {
+      shm_->leave();  // The peers' waits on this rank fail at once too.
+      shm_->abort();
+    }
+    if (hierarchy_) {
+      hierarchy_->leave();
+      hierarchy_->abort();
+    }
+    shutdown_gloo_pairs(*context_);
   }
 
  private:
@@ -533,7 +567,8 @@ class GlooBackend : public Backend {
   GlooPairChannel pairs_;
   const GroupShape shape_;         // What select_algorithm() reads of this group.
   std::vector<int> global_ranks_;  // Group rank -> global rank, for error messages.
-  PairScratch pair_scratch_;       // Recursive doubling's and the ring's buffers.
+  std::atomic<bool> aborted_{false};
+  PairScratch pair_scratch_;  // Recursive doubling's and the ring's buffers.
   HierarchicalScratch hierarchy_scratch_;
   std::vector<char> scratch_;  // A reduce's output on non-roots.
 };

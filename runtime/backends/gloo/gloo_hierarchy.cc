@@ -4,6 +4,7 @@
 #include <gloo/barrier.h>
 #include <gloo/context.h>
 
+#include "runtime/backends/gloo/gloo_pair_shutdown.h"
 #include "runtime/backends/gloo/gloo_setup.h"
 #include "trace/logging.h"
 
@@ -84,6 +85,8 @@ void GlooHierarchy::leave() noexcept {
 
 void GlooHierarchy::abort() noexcept {
   if (local_) local_->abort();
+  if (local_context_) shutdown_gloo_pairs(*local_context_);
+  if (rail_context_) shutdown_gloo_pairs(*rail_context_);
 }
 
 }  // namespace meshrt

@@ -40,7 +40,8 @@ class GlooHierarchy {
   const HostTransports& transports() const { return transports_; }
   // The members' global ranks, by group rank: the host segment's errors name peers by them.
   void set_global_ranks(const std::vector<int>& global_ranks);
-  // Makes a local exchange in progress (and every later one) throw Error(kAborted).
+  // Makes a local exchange in progress (and every later one) throw Error(kAborted), and fails
+  // the hierarchy's TCP waits at once (shutdown_gloo_pairs).
   void abort() noexcept;
   // After an op failed on this rank: this host's other ranks stop waiting for it (a leader that
   // lost its peer on another host would otherwise leave them waiting until their timeout).

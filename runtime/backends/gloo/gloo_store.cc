@@ -4,6 +4,7 @@ namespace meshrt {
 
 void GlooStore::set(const std::string& key, const std::vector<char>& data) {
   store_->set(key, data);
+  keys_set_.push_back(key);
 }
 
 std::vector<char> GlooStore::get(const std::string& key) { return store_->get(key, timeout_); }

@@ -6,6 +6,8 @@
 
 #include <chrono>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "runtime/store/store.h"
 
@@ -21,10 +23,13 @@ class GlooStore : public gloo::rendezvous::Store {
   void wait(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds& timeout) override;
+  // The keys set through this adapter, in order.
+  const std::vector<std::string>& keys_set() const { return keys_set_; }
 
  private:
   std::shared_ptr<meshrt::Store> store_;
   std::chrono::milliseconds timeout_;
+  std::vector<std::string> keys_set_;
 };
 
 }  // namespace meshrt

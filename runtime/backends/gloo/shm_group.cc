@@ -453,6 +453,14 @@ bool ShmGroup::peer_exited(int q) const {
   return kill(peer_pids_[q], 0) != 0 && errno == ESRCH;
 }
 
+std::vector<int> ShmGroup::exited_peers() const {
+  std::vector<int> exited;
+  for (int q = 0; q < size_; ++q) {
+    if (q != rank_ && peer_exited(q)) exited.push_back(q);
+  }
+  return exited;
+}
+
 void ShmGroup::leave() noexcept {
   Control& me = control(rank_);
   me.left.store(1);

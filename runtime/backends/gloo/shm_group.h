@@ -58,6 +58,8 @@ class ShmGroup : public SlotExchange {
   const char* slot(int q) const override;
   // Makes an exchange in progress (and every later one) throw Error(kAborted). Any thread.
   void abort() noexcept;
+  // Group ranks whose process has exited (their pidfd), ascending. Any thread.
+  std::vector<int> exited_peers() const;
   // Tells the peers that this rank left after an op failed outside the segment (a peer on another
   // host): their waits on it throw Error(kPeerFailure) at once, not at their deadline.
   void leave() noexcept;

@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 #include <tuple>
 
@@ -122,11 +123,13 @@ class Group {
   }
 
   // Fails this group and every group split from it: their members would otherwise wait out
-  // their timeouts for a rank that has given up.
-  void break_group(const std::string& reason) {
+  // their timeouts for a rank that has given up. `failed_rank` (global), when given, is the rank
+  // that gave up, which failed_ranks() then names.
+  void break_group(const std::string& reason, int failed_rank = -1) {
     std::vector<std::shared_ptr<Group>> children;
     {
       std::lock_guard lock(mu_);
+      if (failed_rank >= 0) failed_.insert(failed_rank);
       if (broken_.empty()) broken_ = reason;
       broken_flag_.store(true);  // After broken_: the flag promises the reason is there.
       futex_wake_all(generation_);
@@ -189,17 +192,25 @@ class Group {
   }
 
   // The child group for `key`, created by the first member to ask; forgotten after all took it.
-  std::shared_ptr<Group> child(const std::string& key, const std::vector<int>& global_ranks) {
+  // A shrink's group (`descendant` false) outlives this one: breaking this one leaves it alone.
+  std::shared_ptr<Group> child(const std::string& key, const std::vector<int>& global_ranks,
+                               bool descendant = true) {
     std::lock_guard lock(mu_);
     auto& entry = children_[key];
     if (!entry.group) {
       entry.group = std::make_shared<Group>(global_ranks);
       std::erase_if(descendants_, [](const auto& w) { return w.expired(); });
-      descendants_.push_back(entry.group);
+      if (descendant) descendants_.push_back(entry.group);
     }
     auto group = entry.group;
     if (++entry.taken == static_cast<int>(global_ranks.size())) children_.erase(key);
     return group;
+  }
+
+  // Global ranks that broke this group by giving up (abort), ascending.
+  std::vector<int> failed() {
+    std::lock_guard lock(mu_);
+    return {failed_.begin(), failed_.end()};
   }
 
  private:
@@ -234,6 +245,7 @@ class Group {
   std::map<std::tuple<int, int, int>, std::deque<PendingSend*>> channels_;
   std::map<std::string, ChildEntry> children_;
   std::vector<std::weak_ptr<Group>> descendants_;
+  std::set<int> failed_;  // Guarded by mu_.
 };
 
 // [begin, end) of block `i` when `n` elements are cut into `parts` nearly equal blocks.
@@ -295,7 +307,28 @@ class InprocBackend : public Backend {
   }
 
   void abort() noexcept override {
-    group_->break_group(fmt::format("rank {} aborted the communicator", global(rank_)));
+    group_->break_group(fmt::format("rank {} aborted the communicator", global(rank_)),
+                        global(rank_));
+  }
+
+  // Leaves the group without counting as failed (its survivors shrink too), then meets them in
+  // a group of their own.
+  void check_can_shrink() const override {}
+  std::unique_ptr<Backend> shrink(const SplitSpec& spec) override {
+    group_->break_group(fmt::format("rank {} shrank the communicator", global(rank_)));
+    std::vector<int> members;
+    for (int r : spec.parent_ranks) members.push_back(global_ranks_[r]);
+    auto group = group_->child(spec.store_key, members, /*descendant=*/false);
+    return std::make_unique<InprocBackend>(std::move(group), spec.rank, std::move(members));
+  }
+
+  std::vector<int> failed_peers() const override {
+    std::vector<int> failed;
+    for (int g : group_->failed()) {
+      const auto it = std::find(global_ranks_.begin(), global_ranks_.end(), g);
+      if (it != global_ranks_.end()) failed.push_back(static_cast<int>(it - global_ranks_.begin()));
+    }
+    return failed;
   }
 
  private:

@@ -220,6 +220,15 @@ class MpiBackend final : public Backend {
 
   std::unique_ptr<PendingOp> launch(const Op& op) override;
   std::unique_ptr<Backend> split(const SplitSpec& spec) override;
+  // Survivors of a dead rank cannot agree on a new MPI communicator without ULFM
+  // (MPIX_Comm_revoke / MPIX_Comm_shrink), which MPI itself has not adopted.
+  void check_can_shrink() const override {
+    throw Error(ErrorCode::kNotSupported, {},
+                fmt::format("MPI cannot shrink around a failed rank without ULFM's "
+                            "MPIX_Comm_shrink, which {} does not offer to meshrt; shrink in "
+                            "default mode (every rank alive, a split), or run the job on Gloo",
+                            version()));
+  }
   void abort() noexcept override { aborted_.store(true); }
 
  private:

@@ -1,5 +1,6 @@
 #include "runtime/backends/nccl/nccl_backend.h"
 
+#include <dlfcn.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -328,6 +329,39 @@ class NcclBackend final : public Backend {
                                          settings_);
   }
 
+  // ncclCommShrink with NCCL_SHRINK_ABORT: NCCL ends the parent's ops in flight itself, so the
+  // parent is not aborted before, only after (destroying it instead hangs since NCCL 2.31.2).
+  // Resolved at run time: the NCCL a job loads (PyTorch's) may predate it (NCCL 2.27).
+  void check_can_shrink() const override {
+    if (nccl_shrink() == nullptr) {
+      throw Error(ErrorCode::kNotSupported, {},
+                  fmt::format("this NCCL ({}) has no ncclCommShrink, which NCCL 2.27 added; "
+                              "load a newer libnccl.so.2, or shrink in default mode (a split)",
+                              version()));
+    }
+  }
+  std::unique_ptr<Backend> shrink(const SplitSpec& spec) override {
+    check_can_shrink();
+    cuda::DeviceGuard device(device_);
+    std::vector<int> excluded = spec.excluded;
+    ncclComm_t child = nullptr;
+    ncclConfig_t config = cuda::nccl_config(spec.name);
+    {
+      std::unique_lock lock = lock_comm();
+      fatal_on_error(lock, [&] {
+        check_nccl(nccl_shrink()(comm_->comm, excluded.data(), static_cast<int>(excluded.size()),
+                                 &child, &config, NCCL_SHRINK_ABORT),
+                   "ncclCommShrink", comm_->comm);
+      });
+    }
+    if (child == nullptr) {
+      throw Error(ErrorCode::kBackend, {}, "ncclCommShrink completed without a communicator");
+    }
+    wait_nccl_ready(child, spec.timeout, "ncclCommShrink (child)");
+    comm_->abort_async("shrunk with NCCL_SHRINK_ABORT");
+    return std::make_unique<NcclBackend>(child, device_, spec.name, spec.timeout, settings_);
+  }
+
   void split_excluded() override {
     // NCCL's split is collective over the whole parent: a rank joining no group takes part too.
     cuda::DeviceGuard device(device_);
@@ -337,6 +371,13 @@ class NcclBackend final : public Backend {
   void abort() noexcept override { comm_->abort_async("aborted by meshrt"); }
 
  private:
+  using ShrinkFn = ncclResult_t (*)(ncclComm_t, int*, int, ncclComm_t*, ncclConfig_t*, int);
+  // ncclCommShrink, or null where the loaded NCCL predates it.
+  static ShrinkFn nccl_shrink() {
+    static const auto fn = reinterpret_cast<ShrinkFn>(dlsym(RTLD_DEFAULT, "ncclCommShrink"));
+    return fn;
+  }
+
   // Where the ops run, and setup work (zeroing, staging) with them.
   cudaStream_t stream() const {
     return settings_.use_caller_stream ? cuda::current_stream() : stream_.get();
