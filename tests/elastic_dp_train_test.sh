@@ -6,7 +6,8 @@
 # kill within 5 s under the default 10-minute op timeout (nothing is waited out). The job exits
 # 0, its summary names the dead rank, no process or /dev/shm segment is left, and the survivors'
 # dumps hold both epochs: epoch 0 with every rank, epoch 1 ('world@1', 'mesh0/dp@1') without
-# the dead replica. Every job is bounded by `timeout`; meshrun ends its ranks.
+# the dead replica, which meshtrace reads as one story: the dead rank is epoch 0's culprit, and
+# nothing is wrong in epoch 1. Every job is bounded by `timeout`; meshrun ends its ranks.
 # Usage: elastic_dp_train_test.sh BUILD_DIR
 set -euo pipefail
 build=$(realpath "$1")
@@ -34,9 +35,9 @@ run tcp_4x1 tcp 4x1 2
 run shm_2x2 shm 2x2 3
 run tcp_2x2 tcp 2x2 0
 
-python3 - "$out" <<'PY'
-import glob, json, os, re, sys
-d = sys.argv[1]
+python3 - "$out" "$build" <<'PY'
+import glob, json, os, re, subprocess, sys
+d, build = sys.argv[1], sys.argv[2]
 def losses(path):
     return [(int(m[1]), float(m[2]), int(m[3]))
             for m in re.finditer(r"step (\d+) loss (\S+) dp (\d+)", open(path).read())]
@@ -72,6 +73,14 @@ for name, dead, dp_after, gone in (("shm_4x1", 2, 3, [2]), ("tcp_4x1", 2, 3, [2]
         assert "world@1" in epochs[1]["groups"], (name, epochs[1])
         after = [e for e in doc["entries"] if e["epoch"] == 1]
         assert after and all(e["process_group"][0].endswith("@1") for e in after), name
+    # meshtrace reads both epochs: the dead rank is the culprit of epoch 0, epoch 1 is clean.
+    verdict = subprocess.run([f"{build}/meshtrace", "analyze", f"{d}/{name}", "--prefix", "fr_",
+                              "--allow-incomplete-ranks"], capture_output=True, text=True,
+                             timeout=60).stdout
+    after = ", ".join(map(str, survivors))
+    assert f"epoch 1: ranks [{after}] in " in verdict and "world@1" in verdict, (name, verdict)
+    assert re.search(rf"no dump from ranks? \[?[0-9, ]*\b{dead}\b", verdict), (name, verdict)
+    assert "@1" not in verdict.split("Root causes:")[1], (name, verdict)
     print(f"{name}: rank {dead} killed at step 10, dp -> {dp_after}, first step after "
           f"{m[1]} s, {steps[-1][0]} steps")
 PY

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -96,8 +97,17 @@ struct Finding {
 };
 
 // The analysis of one job's dumps.
+// The members of one repair epoch across the dumps (docs/repair.md).
+struct RepairEpoch {
+  std::set<int> ranks;           // Global ranks of its groups.
+  std::set<std::string> groups;  // Their names, e.g. "world@1", "mesh0/dp@1".
+};
+
 struct Report {
-  std::vector<int> ranks;           // Ranks whose dumps were read.
+  std::vector<int> ranks;  // Ranks whose dumps were read.
+  // By epoch, when some group was made by a repair (a shrink); else empty. Ops are matched
+  // within their group, so never across epochs.
+  std::map<int64_t, RepairEpoch> epochs;
   int64_t collectives_checked = 0;  // (group, seq) collectives plus p2p channel ops examined.
   std::vector<Finding> findings;    // Root causes first, then consequences.
   // Each rank's main-thread stack at its dump, where the dump carried one (meshrt_threads).

@@ -315,6 +315,8 @@ class DumpParser {
           }
         } else if (is(key, fr::kMeshDim)) {
           group.mesh_dim = read_optional_string();
+        } else if (is(key, fr::kEpoch)) {
+          group.epoch = cur_.read_int();
         } else {
           cur_.skip_value();
         }

@@ -71,6 +71,7 @@ struct DumpGroup {
   std::string desc;
   std::vector<int> ranks;  // Global ranks, as listed.
   std::optional<std::string> mesh_dim;
+  int64_t epoch = 0;  // meshrt's repair epoch (docs/repair.md); 0 in PyTorch's dumps.
 };
 
 // One rank's dump.

@@ -669,10 +669,18 @@ class Explainer {
 
   Report report() {
     Report out;
+    bool repaired = false;
     for (const RankDump& d : m_.dumps) {
       out.ranks.push_back(d.rank);
       if (!d.main_stack.empty()) out.main_stacks[d.rank] = d.main_stack;
+      for (const DumpGroup& g : d.groups) {
+        RepairEpoch& e = out.epochs[g.epoch];
+        e.ranks.insert(g.ranks.begin(), g.ranks.end());
+        e.groups.insert(g.name);
+        repaired = repaired || g.epoch > 0;
+      }
     }
+    if (!repaired) out.epochs.clear();
     out.collectives_checked = m_.checked;
     std::vector<Draft>& drafts = m_.drafts;
     std::vector<size_t> order(drafts.size());

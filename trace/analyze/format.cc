@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <iterator>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string_view>
 
 #include "trace/analyze/op_types.h"
@@ -210,9 +212,25 @@ std::string format_text(const Report& report) {
   for (const Finding& f : report.findings) roots += f.root ? 1 : 0;
   std::string out = fmt::format("meshtrace: {} ranks {}, {} ops checked", report.ranks.size(),
                                 format_ranks(report.ranks), report.collectives_checked);
-  if (report.findings.empty()) return out + ": no problem found\n";
+  // The repairs, oldest first: who went on in each epoch, and who was left behind.
+  std::string epochs;
+  const std::set<int>* before = nullptr;
+  for (const auto& [epoch, e] : report.epochs) {
+    std::vector<int> left;
+    if (before) std::ranges::set_difference(*before, e.ranks, std::back_inserter(left));
+    epochs += fmt::format(
+        "  epoch {}: ranks {} in {}{}\n", epoch,
+        format_ranks(std::vector<int>(e.ranks.begin(), e.ranks.end())), fmt::join(e.groups, ", "),
+        left.empty() ? "" : fmt::format(" (left behind: {})", ranks_phrase(left)));
+    before = &e.ranks;
+  }
+  if (!epochs.empty()) {
+    epochs = "\nRepair epochs (ops are matched within their epoch's groups only):\n" + epochs;
+  }
+  if (report.findings.empty()) return out + ": no problem found\n" + epochs;
   out += fmt::format(", {} finding{} ({} root cause{})\n", report.findings.size(),
                      report.findings.size() == 1 ? "" : "s", roots, roots == 1 ? "" : "s");
+  out += epochs;
   bool consequences = false;
   out += "\nRoot causes:\n";
   for (const Finding& f : report.findings) {
@@ -248,6 +266,13 @@ std::string format_json(const Report& report) {
   for (const auto& [rank, stack] : report.main_stacks) stacks[std::to_string(rank)] = stack;
   out["main_stacks"] = std::move(stacks);
   out["collectives_checked"] = report.collectives_checked;
+  if (!report.epochs.empty()) {
+    Json epochs = Json::array();
+    for (const auto& [epoch, e] : report.epochs) {
+      epochs.push_back({{"epoch", epoch}, {"ranks", e.ranks}, {"groups", e.groups}});
+    }
+    out["epochs"] = std::move(epochs);
+  }
   out["findings"] = Json::array();
   for (const Finding& f : report.findings) {
     Json j;
