@@ -274,6 +274,40 @@ TEST(Gpu, SplitAndCoalescing) {
   w->all_reduce(c.view(DType::kF32))->synchronize();  // Fine once the block is closed.
 }
 
+// Repair on NCCL: an abort-mode shrink (here of a split of the world, excluding nobody, since the
+// GPU tests run one rank) goes through ncclCommShrink(NCCL_SHRINK_ABORT) where the loaded NCCL
+// has it (2.27+): the new communicator, in epoch 1, runs ops, and the parent stays aborted.
+// An older NCCL refuses before anything is aborted (kNotSupported), and the parent runs on.
+TEST(Gpu, ShrinkThroughNcclCommShrinkOrARefusalThatLeavesTheParentUsable) {
+  SKIP_WITHOUT_GPU();
+  auto w = world();
+  auto parent = w->split(0, 0);
+  ASSERT_TRUE(parent);
+  const auto h = pattern(DType::kF32, 64);
+  DeviceBuffer a(h.data(), h.size());
+  std::shared_ptr<Communicator> shrunk;
+  try {
+    shrunk = parent->shrink(std::vector<int>{}, ShrinkMode::kAbort);
+  } catch (const Error& e) {
+    ASSERT_EQ(e.code(), ErrorCode::kNotSupported) << e.what();
+    EXPECT_NE(std::string(e.what()).find("ncclCommShrink"), std::string::npos) << e.what();
+    parent->all_reduce(a.view(DType::kF32))->synchronize();
+    EXPECT_EQ(a.read(), h);
+    GTEST_SKIP() << e.what();
+  }
+  ASSERT_TRUE(shrunk);
+  EXPECT_EQ(shrunk->epoch(), 1);
+  EXPECT_EQ(shrunk->size(), 1);
+  shrunk->all_reduce(a.view(DType::kF32))->synchronize();
+  EXPECT_EQ(a.read(), h);
+  try {
+    parent->all_reduce(a.view(DType::kF32))->synchronize();
+    ADD_FAILURE() << "the shrunk communicator's parent ran an op";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kAborted) << e.what();
+  }
+}
+
 // Each replay adds 1 to the input, then all_gathers it out of place (a real NCCL node even at
 // world size 1, where an in-place all_reduce sum is no node at all): after 100 replays the
 // output, which only NCCL writes, is the input + 100.

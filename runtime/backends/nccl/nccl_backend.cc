@@ -352,6 +352,8 @@ class NcclBackend final : public Backend {
         check_nccl(nccl_shrink()(comm_->comm, excluded.data(), static_cast<int>(excluded.size()),
                                  &child, &config, NCCL_SHRINK_ABORT),
                    "ncclCommShrink", comm_->comm);
+        // A non-blocking parent finishes the call asynchronously, as ncclCommSplit (split_nccl).
+        wait_nccl_ready(comm_->comm, spec.timeout, "ncclCommShrink");
       });
     }
     if (child == nullptr) {
