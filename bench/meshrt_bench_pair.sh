@@ -3,7 +3,8 @@
 # path costs beside another on the same sizes (a Reducer against the built-in sum, all_gather_v
 # against all_gather, ...).
 #
-#   bench/meshrt_bench_pair.sh BUILD_DIR [-r ROUNDS] [-n RANKS] [--contended] 'ARGS_A' 'ARGS_B'
+#   bench/meshrt_bench_pair.sh BUILD_DIR [-r ROUNDS] [-n RANKS] [--contended]
+#                              [--env-a VAR=VALUE]... [--env-b VAR=VALUE]... 'ARGS_A' 'ARGS_B'
 #
 # Each round runs `meshrun --standalone --nproc-per-node RANKS meshrt-bench ARGS` for A and for B
 # (local ranks: Gloo's shared memory unless the environment says otherwise), in an order rotated
@@ -11,20 +12,25 @@
 # must give the same sizes in the same order. Prints per row (A's op and size; in place, but out
 # of place for the ops meshrt runs only so) the median over rounds of the time ratio B / A, with
 # its min and max: 1.00 means B costs nothing more. --contended keeps a shell loop spinning throughout.
+# --env-a/--env-b set a variable for one side's ranks only (the same arguments under another
+# MESHRT_ALGO: p2p through the mailboxes against TCP).
 #
 #   bench/meshrt_bench_pair.sh build-release -r 9 \
 #     '--coll all_reduce,reduce_scatter -b 8 -e 16M -f 8 -w 20 -n 200 -o sum' \
 #     '--coll all_reduce,reduce_scatter -b 8 -e 16M -f 8 -w 20 -n 200 -o custom'
 set -u -o pipefail
-usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 [ $# -ge 3 ] || usage
 BUILD=$1; shift
 ROUNDS=7 RANKS=2 CONTENDED=0
+declare -A ENVS=([a]= [b]=)
 while [ $# -gt 2 ]; do
   case $1 in
     -r) ROUNDS=$2; shift 2 ;;
     -n) RANKS=$2; shift 2 ;;
     --contended) CONTENDED=1; shift ;;
+    --env-a) ENVS[a]+=" $2"; shift 2 ;;
+    --env-b) ENVS[b]+=" $2"; shift 2 ;;
     *) usage ;;
   esac
 done
@@ -42,14 +48,14 @@ if [ "$CONTENDED" = 1 ]; then
 fi
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); build: $BUILD; ranks: $RANKS; rounds: $ROUNDS;" \
   "contended: $CONTENDED; load: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "A: ${ARGS[a]}"
-echo "B: ${ARGS[b]}"
+echo "A:${ENVS[a]} ${ARGS[a]}"
+echo "B:${ENVS[b]} ${ARGS[b]}"
 for ((r = 0; r < ROUNDS; r++)); do
   order=(a b)
   ((r % 2)) && order=(b a)
   for side in "${order[@]}"; do
     # shellcheck disable=SC2086  # Each side's arguments split as a shell splits words.
-    timeout 300 "$BUILD/meshrun" --standalone --nproc-per-node "$RANKS" "$MB" ${ARGS[$side]} \
+    env ${ENVS[$side]} timeout 300 "$BUILD/meshrun" --standalone --nproc-per-node "$RANKS" "$MB" ${ARGS[$side]} \
       --json "$OUT/${side}_$r.json" >"$OUT/${side}_$r.log" 2>&1 ||
       { echo "$0: round $r, side $side failed:" >&2; tail -n 5 "$OUT/${side}_$r.log" >&2; exit 1; }
   done

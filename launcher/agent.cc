@@ -83,6 +83,18 @@ constexpr std::pair<const char*, const char*> kReportFiles[] = {
     {"MESHRT_TRACE_CHROME", "trace_{rank}.json"},
 };
 
+// The failure of a node whose agent was lost: its first rank stands for all of them.
+Failure lost_node_failure(const NodeInfo& n) {
+  Failure f;
+  f.rank = n.rank_offset;
+  f.node = n.node_rank;
+  f.host = n.host;
+  f.pid = n.pid;
+  f.agent_lost = true;
+  f.time = utc_now();
+  return f;
+}
+
 }  // namespace
 
 Agent::Agent(LaunchOptions options) : options_(std::move(options)) {
@@ -691,13 +703,7 @@ void Agent::monitor(int attempt, std::vector<LocalRank>& ranks, Store& job) {
       for (const int node : heartbeat_->lost()) {
         if (!lost_nodes.insert(node).second) continue;
         const NodeInfo& n = rendezvous_->nodes()[node];
-        Failure f;
-        f.rank = n.rank_offset;
-        f.node = n.node_rank;
-        f.host = n.host;
-        f.pid = n.pid;
-        f.agent_lost = true;
-        f.time = utc_now();
+        const Failure f = lost_node_failure(n);
         try {
           // The first agent to see it gives the time.
           store.compare_set(fmt::format("attempts/{}/lost/{}", attempt, node), {},
@@ -722,14 +728,7 @@ void Agent::monitor(int attempt, std::vector<LocalRank>& ranks, Store& job) {
       if (const std::vector<int> lost = heartbeat_->lost(); !lost.empty()) {
         // Its ranks died with it (or can no longer be reached): count them as done with their
         // dumps, which they cannot write, and fail the job now rather than at the op timeout.
-        const NodeInfo& n = rendezvous_->nodes()[lost.front()];
-        Failure f;
-        f.rank = n.rank_offset;
-        f.node = n.node_rank;
-        f.host = n.host;
-        f.pid = n.pid;
-        f.agent_lost = true;
-        f.time = utc_now();
+        Failure f = lost_node_failure(rendezvous_->nodes()[lost.front()]);
         for (const int node : lost) {
           const NodeInfo& l = rendezvous_->nodes()[node];
           for (int r = l.rank_offset; r < l.rank_offset + l.nproc; ++r) {

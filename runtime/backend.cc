@@ -19,9 +19,9 @@ std::unique_ptr<PendingOp> Backend::launch(const Op& op) {
 
 std::unique_ptr<Backend> Backend::shrink(const SplitSpec& spec) {
   (void)spec;
-  check_can_shrink();
-  throw Error(ErrorCode::kNotSupported, {},
-              fmt::format("the '{}' backend cannot shrink a communicator in abort mode", name()));
+  check_can_shrink();  // Throws unless a backend that overrides it also overrides shrink().
+  throw Error(ErrorCode::kInternal, {},
+              fmt::format("the '{}' backend allows a shrink it cannot do", name()));
 }
 
 void Backend::check_can_shrink() const {

@@ -504,6 +504,50 @@ std::vector<std::string> check_all_collectives(Communicator& comm) {
   return c.failures;
 }
 
+// What shared-memory mailboxes make hard, on any backend: a message larger than a ring (1 MiB
+// and 20 bytes: pieces, the wrap, a tail under 16 bytes), both ways at once; messages of one tag
+// taken in posting order; and a receive that asks for a later message than the one that came
+// first (which waits aside meanwhile).
+void check_p2p_matching(Checker& c, Communicator& comm, int partner) {
+  const int r = comm.rank();
+  auto value = [](int rank, size_t i) { return static_cast<int32_t>(rank * 1000 + i % 977); };
+  const size_t big = (size_t{1} << 18) + 5;
+  std::vector<int32_t> big_out(big), big_in(big, -1);
+  for (size_t i = 0; i < big; ++i) big_out[i] = value(r, i);
+  std::vector<int32_t> first{r, r + 1, r + 2}, second{-r, -r - 1, -r - 2}, got1(3, -1), got2(3, -1);
+  if (r % 2 == 0) {
+    const std::vector<P2POp> ops{{P2POp::Dir::kSend, view(first), partner, 11},
+                                 {P2POp::Dir::kSend, view(big_out), partner, 12},
+                                 {P2POp::Dir::kSend, view(second), partner, 11}};
+    c.run("batch of three sends", [&] { return comm.batch_isend_irecv(ops); });
+  } else {
+    c.run("recv of the second message", [&] { return comm.recv(view(big_in), partner, 12); });
+    const std::vector<P2POp> ops{{P2POp::Dir::kRecv, view(got1), partner, 11},
+                                 {P2POp::Dir::kRecv, view(got2), partner, 11}};
+    if (c.run("recvs of one tag", [&] { return comm.batch_isend_irecv(ops); })) {
+      for (size_t i = 0; i < 3; ++i) {
+        c.expect("first of tag 11", DType::kI32, i, got1[i], partner + static_cast<double>(i));
+        c.expect("second of tag 11", DType::kI32, i, got2[i], -partner - static_cast<double>(i));
+      }
+      for (size_t i = 0; i < big; i += 4099) {
+        c.expect("later tag first", DType::kI32, i, big_in[i], value(partner, i));
+      }
+      c.expect("later tag first", DType::kI32, big - 1, big_in[big - 1], value(partner, big - 1));
+    }
+  }
+  std::fill(big_in.begin(), big_in.end(), -1);
+  const std::vector<P2POp> both{{P2POp::Dir::kSend, view(big_out), partner, 13},
+                                {P2POp::Dir::kRecv, view(big_in), partner, 13}};
+  if (c.run("large both ways", [&] { return comm.batch_isend_irecv(both); })) {
+    for (size_t i = 0; i < big; ++i) {
+      if (big_in[i] != value(partner, i)) {
+        c.expect("large both ways", DType::kI32, i, big_in[i], value(partner, i));
+        break;
+      }
+    }
+  }
+}
+
 std::vector<std::string> check_p2p_and_split(Communicator& comm) {
   Checker c(comm);
   const int n = comm.size();
@@ -533,6 +577,7 @@ std::vector<std::string> check_p2p_and_split(Communicator& comm) {
     if (c.run("batch_isend_irecv", [&] { return comm.batch_isend_irecv(ops); })) {
       for (size_t i = 0; i < 4; ++i) c.expect("batch ring", DType::kF32, i, from_left[i], left);
     }
+    if (partner < n) check_p2p_matching(c, comm, partner);
   }
   // Split by parity, ordered by descending rank: new rank 0 is the highest old rank.
   auto child = comm.split(r % 2, -r);

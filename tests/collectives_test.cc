@@ -59,8 +59,17 @@ TEST(AlgorithmTable, WithoutSlotsPairsAndTheLibrary) {
 
 TEST(AlgorithmTable, P2PAndUnevenAllToAllAndNothingToMove) {
   const GroupShape g = group(4, kSlot);
-  EXPECT_EQ(select_algorithm(op_of(OpKind::kSend, 4), g), Algorithm::kLibrary);
-  EXPECT_EQ(select_algorithm(op_of(OpKind::kBatchP2P, 4), g), Algorithm::kLibrary);
+  // p2p goes through the mailboxes beside the slots, or over Gloo's pairs without them.
+  for (OpKind kind : {OpKind::kSend, OpKind::kRecv, OpKind::kBatchP2P}) {
+    EXPECT_EQ(select_algorithm(op_of(kind, 1 << 20), g), Algorithm::kMailbox);
+    EXPECT_EQ(select_algorithm(op_of(kind, 4), group(4, 0)), Algorithm::kLibrary);
+    EXPECT_EQ(select_algorithm(op_of(kind, 4), g, parse_algorithm_overrides("library")),
+              Algorithm::kLibrary);
+  }
+  EXPECT_EQ(select_algorithm(op_of(OpKind::kSend, 4), group(4, 0),
+                             parse_algorithm_overrides("send=mailbox")),
+            Algorithm::kLibrary);
+  EXPECT_THROW(parse_algorithm_overrides("all_reduce=mailbox"), Error);
   Op uneven = op_of(OpKind::kAllToAll, 6);
   uneven.input_splits = {1, 2, 3, 0};
   uneven.output_splits = {1, 2, 3, 0};

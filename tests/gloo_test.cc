@@ -233,9 +233,15 @@ TEST_P(GlooForcedAlgorithm, EveryCollectiveIsRightAndRecordedAsRunByIt) {
     std::ifstream in(dir / fmt::format("ops_{}.jsonl", rank));
     int all_reduces = 0;
     int by_reducer = 0;  // The checks' Reducer of 12-byte records, named in the records.
+    int p2p = 0;
     for (std::string line; std::getline(in, line);) {
       const auto j = nlohmann::json::parse(line);
-      if (j.value("op", "") != "all_reduce" || j.value("group_size", 0) != 4) continue;
+      const std::string op = j.value("op", "");
+      if (j.value("group_size", 0) == 4 && (op == "send" || op == "recv" || op == "batch_p2p")) {
+        ++p2p;  // Through the mailboxes unless TCP is forced for every op.
+        EXPECT_EQ(j.value("algorithm", ""), forced == "library" ? "library" : "mailbox") << line;
+      }
+      if (op != "all_reduce" || j.value("group_size", 0) != 4) continue;
       ++all_reduces;
       // Gloo's own algorithms fold Gloo's types only: a Reducer's op takes the table's choice.
       const std::string reduce_op = j.value("reduce_op", "");
@@ -248,6 +254,7 @@ TEST_P(GlooForcedAlgorithm, EveryCollectiveIsRightAndRecordedAsRunByIt) {
           << line;
     }
     EXPECT_GT(all_reduces, 10) << "rank " << rank;
+    EXPECT_GT(p2p, 4) << "rank " << rank;
     EXPECT_EQ(by_reducer, 2) << "rank " << rank;
   }
   std::filesystem::remove_all(dir);
@@ -371,6 +378,40 @@ TEST(Gloo, AbortFailsASharedMemoryExchangeAtOnce) {
   EXPECT_EQ(results[0].exit_code, 0) << describe(results);
   EXPECT_EQ(results[1].exit_code, 0) << describe(results);
   EXPECT_NE(results[0].output.find("[aborted]"), std::string::npos) << results[0].output;
+}
+
+// A send or recv through the shared-memory mailboxes ends as the slots' exchanges do: at once
+// when aborted or when its peer exits (the sender of more than a ring holds included), at its
+// timeout naming what it waited for; and the records say the mailboxes ran it.
+TEST(Gloo, MailboxOpsEndOnAbortPeerExitAndTimeout) {
+  const std::map<std::string, std::string> env{{"MESHRT_TIMEOUT_MS", "20000"},
+                                               {"MESHRT_ON_TIMEOUT", "throw"}};
+  auto aborted = run_ranks({MESHRT_GLOO_WORKER, "p2p_abort"}, 2, std::chrono::seconds(30), env);
+  EXPECT_EQ(aborted[0].exit_code, 0) << describe(aborted);
+  EXPECT_NE(aborted[0].output.find("[aborted] rank 0, comm 'world', recv #1"), std::string::npos)
+      << aborted[0].output;
+
+  auto timed_out = run_ranks({MESHRT_GLOO_WORKER, "p2p_timeout"}, 2, std::chrono::seconds(30), env);
+  EXPECT_EQ(timed_out[0].exit_code, 3) << describe(timed_out);
+  EXPECT_NE(timed_out[0].output.find("gloo shared memory: timed out in recv of 32 bytes from "
+                                     "rank 1 (tag 0)"),
+            std::string::npos)
+      << timed_out[0].output;
+
+  const auto start = std::chrono::steady_clock::now();
+  auto died = run_ranks({MESHRT_GLOO_WORKER, "p2p_peer_dies"}, 3, std::chrono::seconds(30), env);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
+  EXPECT_EQ(died[2].exit_code, 9) << describe(died);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(died[r].exit_code, 3) << describe(died);
+    EXPECT_NE(died[r].output.find(fmt::format("[peer_failure] rank {}, comm 'world', {} #1", r,
+                                              r == 0 ? "recv" : "send")),
+              std::string::npos)
+        << died[r].output;
+    EXPECT_NE(died[r].output.find("gloo shared memory: rank 2 (pid "), std::string::npos)
+        << died[r].output;
+  }
+  EXPECT_EQ(leaked_segments(), std::vector<std::string>{});
 }
 
 // p2p size mismatches fail the receiver (MPI's truncation error: the send completes). An uneven

@@ -173,6 +173,56 @@ int main(int argc, char** argv) {
       aborter.join();
       return rc;
     }
+    if (scenario.starts_with("p2p_")) {
+      // How a send or recv through the shared-memory mailboxes ends when its peer does not
+      // come: "p2p_abort", rank 0's recv from rank 1 (alive, silent) is aborted by another thread
+      // after 200 ms: kAborted at once (exit 0); "p2p_timeout", the same recv with a 1 s timeout:
+      // kTimeout naming the recv (exit 3); "p2p_peer_dies" (3 ranks), rank 2 exits while rank 0
+      // waits to receive from it and rank 1 sends it 4 MiB, more than a ring holds: both fail with
+      // kPeerFailure (exit 3) well before their 20 s timeout.
+      const int rank = world->rank();
+      std::vector<float> small(8, 1.0f), large(1 << 20, 1.0f);
+      if (scenario == "p2p_peer_dies") {
+        world->all_reduce(meshrt::view(small))->wait();
+        if (rank == 2) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          _exit(9);
+        }
+      } else if (rank == 1) {
+        std::this_thread::sleep_for(std::chrono::seconds(3));
+        return 0;
+      }
+      std::thread aborter;
+      if (scenario == "p2p_abort") {
+        aborter = std::thread([&] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+          world->abort();
+        });
+      }
+      const meshrt::OpOptions options{
+          std::chrono::milliseconds(scenario == "p2p_timeout" ? 1000 : 20000)};
+      const int peer = scenario == "p2p_peer_dies" ? 2 : 1;
+      const auto start = std::chrono::steady_clock::now();
+      int rc = 1;
+      try {
+        if (rank == 1) {
+          world->send(meshrt::view(large), peer, 0, options)->wait();
+        } else {
+          world->recv(meshrt::view(small), peer, 0, options)->wait();
+        }
+        std::fprintf(stderr, "FAIL rank %d: the p2p op completed\n", rank);
+      } catch (const meshrt::Error& e) {
+        const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::steady_clock::now() - start)
+                            .count();
+        std::printf("failed after %lld ms: %s\n", static_cast<long long>(ms), e.what());
+        rc = scenario == "p2p_abort"
+                 ? (e.code() == meshrt::ErrorCode::kAborted && ms < 2000 ? 0 : 1)
+                 : 3;
+      }
+      if (aborter.joinable()) aborter.join();
+      return rc;
+    }
     if (scenario == "size_mismatch") {
       // Rank 1 receives 4 floats where rank 0 sends 8, then 8 where rank 0 sends 4, then an
       // uneven all_to_all whose splits disagree. Each time rank 1 fails with invalid_argument

@@ -5,8 +5,8 @@
 namespace meshrt {
 namespace {
 
-constexpr std::array<std::string_view, 6> kNames = {"library", "slots",        "recursive_doubling",
-                                                    "ring",    "hierarchical", "none"};
+constexpr std::array<std::string_view, 7> kNames = {
+    "library", "slots", "recursive_doubling", "ring", "hierarchical", "mailbox", "none"};
 
 }  // namespace
 

@@ -15,10 +15,12 @@ enum class Algorithm : uint8_t {
   kRecursiveDoubling,  // all_reduce over pairs: log2(n) exchanges of the whole buffer.
   kRing,               // Over pairs, a block a step: reduce_scatter(_v), all_gather_v, all_reduce.
   kHierarchical,       // Within each host through shared memory, across hosts between leaders.
+  kMailbox,            // send, recv and batches through per-pair rings in shared memory.
   kNone,               // Nothing to move (an empty all_gather, a coalesced group's closing entry).
 };
 
-// "library", "slots", "recursive_doubling", "ring", "hierarchical", "none" (static storage).
+// "library", "slots", "recursive_doubling", "ring", "hierarchical", "mailbox", "none" (static
+// storage).
 std::string_view algorithm_name(Algorithm algorithm);
 // The algorithm named `name`; nullopt for an unknown name.
 std::optional<Algorithm> algorithm_from_name(std::string_view name);

@@ -28,6 +28,8 @@ bool runs_kind(Algorithm algorithm, OpKind kind) {
              kind == OpKind::kReduceScatterV;
     case Algorithm::kHierarchical:
       return runs_hierarchically(kind);
+    case Algorithm::kMailbox:
+      return is_p2p(kind);
     case Algorithm::kNone:
       return false;  // Never forced: it is chosen only where there is nothing to move.
   }
@@ -55,7 +57,7 @@ AlgorithmOverrides parse_algorithm_overrides(std::string_view text) {
     const std::optional<Algorithm> algorithm = algorithm_from_name(algo_name);
     if (!algorithm || *algorithm == Algorithm::kNone) {
       throw bad_override(part, fmt::format("'{}' is not an algorithm (library, slots, "
-                                           "recursive_doubling, ring, hierarchical)",
+                                           "recursive_doubling, ring, hierarchical, mailbox)",
                                            algo_name));
     }
     if (eq == std::string_view::npos) {
@@ -94,6 +96,8 @@ bool can_run(Algorithm algorithm, const Op& op, const GroupShape& group) {
       return std::has_single_bit(static_cast<unsigned>(group.size));
     case Algorithm::kHierarchical:
       return group.hierarchy;
+    case Algorithm::kMailbox:  // The rings lie in the slots' segment.
+      return group.slot_bytes > 0;
     default:
       return true;
   }
@@ -107,6 +111,9 @@ Algorithm select_algorithm(const Op& op, const GroupShape& group,
   if (const auto forced = overrides.by_kind[static_cast<size_t>(op.kind)];
       forced && can_run(*forced, op, group)) {
     return *forced;
+  }
+  if (is_p2p(op.kind)) {
+    return can_run(Algorithm::kMailbox, op, group) ? Algorithm::kMailbox : Algorithm::kLibrary;
   }
   // Across hosts: TCP carries one copy per host instead of one per rank (NCCL's and han's rule).
   if (can_run(Algorithm::kHierarchical, op, group)) return Algorithm::kHierarchical;

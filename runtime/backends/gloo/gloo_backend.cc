@@ -28,6 +28,7 @@
 #include "runtime/backends/gloo/gloo_signature.h"
 #include "runtime/backends/gloo/gloo_store.h"
 #include "runtime/backends/gloo/shm_group.h"
+#include "runtime/backends/gloo/shm_mailboxes.h"
 #include "runtime/collectives/algorithm_table.h"
 #include "runtime/collectives/average.h"
 #include "runtime/collectives/hierarchical.h"
@@ -57,9 +58,15 @@ std::chrono::milliseconds diagnose_reserve(const Op& op) {
 }
 // What Gloo gets of `op`'s timeout: all of it for p2p, which needs no diagnosis.
 std::chrono::milliseconds gloo_timeout(const Op& op) {
-  const bool p2p =
-      op.kind == OpKind::kSend || op.kind == OpKind::kRecv || op.kind == OpKind::kBatchP2P;
-  return p2p ? op.timeout : op.timeout - diagnose_reserve(op);
+  return is_p2p(op.kind) ? op.timeout : op.timeout - diagnose_reserve(op);
+}
+
+// A p2p op's sends and receives, as one batch (send and recv are batches of one).
+std::span<const P2POp> p2p_ops(const Op& op, P2POp& single) {
+  if (op.kind == OpKind::kBatchP2P) return op.p2p;
+  single = P2POp{op.kind == OpKind::kSend ? P2POp::Dir::kSend : P2POp::Dir::kRecv, op.input,
+                 op.root, op.tag};
+  return {&single, 1};
 }
 
 // Calls f(T{}) with the C++ element type of `dtype`: Gloo's setters are templates on it.
@@ -163,7 +170,7 @@ std::unique_ptr<ShmGroup> make_shm_group(const std::shared_ptr<gloo::Context>& c
                                          std::chrono::milliseconds timeout) {
   if (context->size < 2) return nullptr;
   std::string why_not;
-  auto group = ShmGroup::create(context, slot_bytes, timeout, why_not);
+  auto group = ShmGroup::create(context, slot_bytes, timeout, why_not, /*with_mailboxes=*/true);
   if (!group) log().info("gloo '{}': TCP instead of shared memory: {}", store_key, why_not);
   return group;
 }
@@ -183,6 +190,7 @@ class GlooBackend : public Backend {
         stripe_min_bytes_(stripe_min_bytes),
         overrides_(overrides),
         shm_(make_shm_group(context_, store_key, shm_slot_bytes, timeout)),
+        mailboxes_(shm_ ? std::make_unique<ShmMailboxes>(*shm_) : nullptr),
         hierarchy_(shm_ ? nullptr : make_hierarchy(store_key, shm_slot_bytes, timeout)),
         pairs_(context_),
         shape_{context_->size, shm_ ? shm_->slot_bytes() : 0, one_shot_max_bytes,
@@ -274,6 +282,7 @@ class GlooBackend : public Backend {
   void dispatch(const Op& op) {
     const auto timeout = gloo_timeout(op);
     const auto deadline = std::chrono::steady_clock::now() + timeout;
+    P2POp single;
     switch (op.algorithm) {
       case Algorithm::kNone:
         return;
@@ -304,6 +313,8 @@ class GlooBackend : public Backend {
           hierarchy_->leave();
           throw;
         }
+      case Algorithm::kMailbox:
+        return mailboxes_->run(p2p_ops(op, single), deadline);
       case Algorithm::kLibrary:
         return run_library(op, timeout);
     }
@@ -442,11 +453,11 @@ class GlooBackend : public Backend {
         return;
       }
       case OpKind::kSend:
-        return p2p({P2POp{P2POp::Dir::kSend, op.input, op.root, op.tag}}, timeout);
       case OpKind::kRecv:
-        return p2p({P2POp{P2POp::Dir::kRecv, op.input, op.root, op.tag}}, timeout);
-      case OpKind::kBatchP2P:
-        return p2p(op.p2p, timeout);
+      case OpKind::kBatchP2P: {
+        P2POp single;
+        return p2p(p2p_ops(op, single), timeout);
+      }
       case OpKind::kCoalesced:
         return;  // Never given to a backend: the communicator completes it.
     }
@@ -458,7 +469,7 @@ class GlooBackend : public Backend {
   // posted receive and silently leaves the rest unfilled when it is smaller, so the receiver
   // checks the size first, drains a mismatched payload into scratch and fails the op (as MPI's
   // truncation error does: the sender's side completes).
-  void p2p(const std::vector<P2POp>& ops, std::chrono::milliseconds timeout) {
+  void p2p(std::span<const P2POp> ops, std::chrono::milliseconds timeout) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     std::vector<uint64_t> sizes(ops.size());
     std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> headers(ops.size());
@@ -562,6 +573,7 @@ class GlooBackend : public Backend {
   const size_t stripe_min_bytes_;       // GlooConfig::stripe_min_bytes.
   const AlgorithmOverrides overrides_;  // MESHRT_ALGO, read by the world's creation; inherited.
   std::unique_ptr<ShmGroup> shm_;       // Null when the ranks cannot share memory.
+  std::unique_ptr<ShmMailboxes> mailboxes_;  // Over shm_'s rings; null with it.
   // Null unless the ranks span hosts and some host holds several.
   std::unique_ptr<GlooHierarchy> hierarchy_;
   GlooPairChannel pairs_;

@@ -43,7 +43,8 @@ std::unique_ptr<GlooHierarchy> GlooHierarchy::create(const std::shared_ptr<gloo:
   if (local_size > 1) {
     h->local_context_ = connect(fmt::format("{}/host{}", key, host), local_rank, local_size);
     barrier(h->local_context_, timeout);
-    h->local_ = ShmGroup::create(h->local_context_, slot_bytes, timeout, why_not);
+    h->local_ = ShmGroup::create(h->local_context_, slot_bytes, timeout, why_not,
+                                 /*with_mailboxes=*/false);
   }
   const bool ready = local_size == 1 || h->local_ != nullptr;
   const auto everywhere = gloo_all_gather_value(context, uint8_t{ready}, kSetupTag + 1, timeout);

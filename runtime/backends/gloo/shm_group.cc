@@ -187,10 +187,18 @@ uint64_t ShmGroup::host_identity() {
 
 // One rank's progress, alone on its cache line: only that rank writes `published`.
 struct alignas(kCacheLine) ShmGroup::Control {
-  std::atomic<uint32_t> published;  // Futex word: the last exchange this rank published.
-  std::atomic<uint32_t> waiters;    // Ranks asleep (or going to sleep) on `published`.
-  int32_t pid;                      // The rank's process.
-  std::atomic<uint32_t> left;       // 1 once the rank left after an op failed (leave()).
+  std::atomic<uint32_t> published;     // Futex word: the last exchange this rank published.
+  std::atomic<uint32_t> waiters;       // Ranks asleep (or going to sleep) on `published`.
+  int32_t pid;                         // The rank's process.
+  std::atomic<uint32_t> left;          // 1 once the rank left after an op failed (leave()).
+  std::atomic<uint32_t> doorbell;      // Futex word: bumped by a peer that wrote or read mail.
+  std::atomic<uint32_t> mail_waiters;  // 1 while the rank sleeps (or goes to) on `doorbell`.
+};
+
+// A ring's counters, each on a cache line of its own: one is the sender's, one the receiver's.
+struct RingCounters {
+  alignas(kCacheLine) std::atomic<uint64_t> written;
+  alignas(kCacheLine) std::atomic<uint64_t> read;
 };
 
 struct alignas(kCacheLine) ShmGroup::SlotHeader {
@@ -199,14 +207,19 @@ struct alignas(kCacheLine) ShmGroup::SlotHeader {
 
 size_t ShmGroup::slot_stride(size_t slot_bytes) { return sizeof(SlotHeader) + slot_bytes; }
 
-size_t ShmGroup::segment_bytes(int size, size_t slot_bytes) {
+size_t ShmGroup::ring_stride(size_t ring_bytes) {
+  return ring_bytes == 0 ? 0 : sizeof(RingCounters) + ring_bytes;
+}
+
+size_t ShmGroup::segment_bytes(int size, size_t slot_bytes, size_t ring_bytes) {
   const size_t n = static_cast<size_t>(size);
-  return sizeof(Control) * n + 2 * slot_stride(slot_bytes) * n;
+  return sizeof(Control) * n + 2 * slot_stride(slot_bytes) * n +
+         n * (n - 1) * ring_stride(ring_bytes);
 }
 
 std::unique_ptr<ShmGroup> ShmGroup::create(const std::shared_ptr<gloo::Context>& context,
                                            size_t slot_bytes, std::chrono::milliseconds timeout,
-                                           std::string& why_not) {
+                                           std::string& why_not, bool with_mailboxes) {
   const int n = context->size;
   const int rank = context->rank;
   auto refuse = [&](std::string why) -> std::unique_ptr<ShmGroup> {
@@ -242,7 +255,12 @@ std::unique_ptr<ShmGroup> ShmGroup::create(const std::shared_ptr<gloo::Context>&
       return refuse("ranks set different MESHRT_GLOO_SHM_SLOT_BYTES");
     }
   }
-  const size_t bytes = segment_bytes(n, slot_bytes);
+  size_t ring_bytes = 0;
+  if (with_mailboxes) {
+    const size_t share = 2 * slot_bytes / static_cast<size_t>(n - 1);
+    ring_bytes = std::max(size_t{1024}, std::bit_floor(std::min(slot_bytes, share)));
+  }
+  const size_t bytes = segment_bytes(n, slot_bytes, ring_bytes);
 
   std::array<char, kNameBytes> name{};
   Mapping mapping;
@@ -287,15 +305,17 @@ std::unique_ptr<ShmGroup> ShmGroup::create(const std::shared_ptr<gloo::Context>&
   }
   // Spin only when the ranks together may run on as many CPUs as there are ranks.
   const bool spin = static_cast<size_t>(n) <= cpus;
-  return std::unique_ptr<ShmGroup>(new ShmGroup(mapping.release(), rank, n, slot_bytes, spin));
+  return std::unique_ptr<ShmGroup>(
+      new ShmGroup(mapping.release(), rank, n, slot_bytes, ring_bytes, spin));
 }
 
-ShmGroup::ShmGroup(void* base, int rank, int size, size_t slot_bytes, bool spin)
+ShmGroup::ShmGroup(void* base, int rank, int size, size_t slot_bytes, size_t ring_bytes, bool spin)
     : base_(base),
       rank_(rank),
       size_(size),
       slot_bytes_(slot_bytes),
       slot_stride_(slot_stride(slot_bytes)),
+      ring_bytes_(ring_bytes),
       spin_(spin ? kSpin : std::chrono::nanoseconds(0)),
       peer_pidfds_(static_cast<size_t>(size), -1),
       peer_pids_(static_cast<size_t>(size), 0) {
@@ -312,7 +332,7 @@ ShmGroup::~ShmGroup() {
   for (int fd : peer_pidfds_) {
     if (fd >= 0) close(fd);
   }
-  munmap(base_, segment_bytes(size_, slot_bytes_));
+  munmap(base_, segment_bytes(size_, slot_bytes_, ring_bytes_));
 }
 
 ShmGroup::Control& ShmGroup::control(int q) const { return static_cast<Control*>(base_)[q]; }
@@ -465,11 +485,48 @@ void ShmGroup::leave() noexcept {
   Control& me = control(rank_);
   me.left.store(1);
   futex_wake_all(me.published);
+  for (int q = 0; q < size_; ++q) {
+    if (q != rank_) ring_doorbell(q);
+  }
 }
 
 void ShmGroup::abort() noexcept {
   aborted_.store(true);
   for (int q = 0; q < size_; ++q) futex_wake_all(control(q).published);
+  Control& me = control(rank_);
+  me.doorbell.fetch_add(1);
+  futex_wake_all(me.doorbell);
+}
+
+ShmGroup::Ring ShmGroup::ring(int from, int to) const {
+  const size_t n = static_cast<size_t>(size_);
+  const size_t index =
+      static_cast<size_t>(from) * (n - 1) + static_cast<size_t>(to < from ? to : to - 1);
+  char* rings = static_cast<char*>(base_) + sizeof(Control) * n + 2 * slot_stride_ * n;
+  char* at = rings + index * ring_stride(ring_bytes_);
+  auto* counters = reinterpret_cast<RingCounters*>(at);
+  return Ring{&counters->written, &counters->read, at + sizeof(RingCounters)};
+}
+
+void ShmGroup::ring_doorbell(int q) {
+  // seq_cst: the caller's store to the ring, then this load; the sleeper registers, then reads
+  // the ring (wait_for_mail): one of the two sees the other's write.
+  Control& c = control(q);
+  if (c.mail_waiters.load() == 0) return;
+  c.doorbell.fetch_add(1);
+  futex_wake_all(c.doorbell);
+}
+
+void ShmGroup::wait_for_mail(Clock::time_point deadline, const std::function<bool()>& busy) {
+  Control& me = control(rank_);
+  const auto now = Clock::now();
+  if (now >= deadline) return;
+  me.mail_waiters.store(1);
+  const uint32_t seen = me.doorbell.load();
+  if (!busy() && !aborted_.load()) {
+    futex_wait(me.doorbell, seen, std::min<Clock::duration>(kSlice, deadline - now));
+  }
+  me.mail_waiters.store(0);
 }
 
 }  // namespace meshrt

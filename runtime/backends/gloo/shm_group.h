@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,17 +23,19 @@ class Context;
 namespace meshrt {
 
 // One communicator's segment, mapped by each member: the collectives layer's slot exchange for
-// ranks on one host. Stamps carry gloo_tag() (the seq's low 16 bits and a hash of the arguments).
+// ranks on one host, and the rings of its point-to-point mailboxes. Stamps carry gloo_tag() (the
+// seq's low 16 bits and a hash of the arguments).
 class ShmGroup : public SlotExchange {
  public:
   // Creates the segment (rank 0) and maps it on every rank of `context`, through three small Gloo
   // collectives: callable only before the communicator's first op. Returns null on every rank when
   // any rank cannot take part (another host, PID or mount namespace, no room in /dev/shm,
   // `slot_bytes` 0 on some rank, more than kMaxRanks); `why_not` then says why. Throws Error only
-  // when Gloo fails.
+  // when Gloo fails. `with_mailboxes` adds the rings of ring(); a group that only exchanges slots
+  // (a host's part of a hierarchy) goes without.
   static std::unique_ptr<ShmGroup> create(const std::shared_ptr<gloo::Context>& context,
                                           size_t slot_bytes, std::chrono::milliseconds timeout,
-                                          std::string& why_not);
+                                          std::string& why_not, bool with_mailboxes);
   ~ShmGroup();
   ShmGroup(const ShmGroup&) = delete;
 
@@ -66,18 +69,48 @@ class ShmGroup : public SlotExchange {
   // The members' global ranks, by group rank: errors then name a peer by both ("rank 3 (group
   // rank 1)"). Set once, before the first exchange.
   void set_global_ranks(std::vector<int> global_ranks) { global_ranks_ = std::move(global_ranks); }
+  // Peer q as errors name it: its global rank, and its group rank where that differs.
+  std::string peer(int q) const;
+
+  // The segment also holds a mailbox ring for each ordered pair of ranks (shm_mailboxes.h runs
+  // send and recv over them). A ring's counters only grow: `written` by the sender alone, `read`
+  // by the receiver alone; byte i of the stream lies at data[i % ring_bytes()].
+  struct Ring {
+    std::atomic<uint64_t>* written;
+    std::atomic<uint64_t>* read;
+    char* data;
+  };
+  // The ring from rank `from` to rank `to` (from != to).
+  Ring ring(int from, int to) const;
+  // Bytes of each ring: 2 x slot_bytes() / (ranks - 1) rounded down to a power of two, between
+  // 1 KiB and slot_bytes(), so that the rings take about as much of the segment as the slots;
+  // 0 for a group made without mailboxes.
+  size_t ring_bytes() const { return ring_bytes_; }
+  // Wakes rank q if it sleeps in wait_for_mail(): after writing to it or reading from it.
+  void ring_doorbell(int q);
+  // Sleeps until a peer rings this rank's doorbell, at most until `deadline` or a slice of it,
+  // unless `busy()` (called once this rank is registered as a sleeper, so that no ring is missed)
+  // returns true. Returns at once after abort().
+  void wait_for_mail(std::chrono::steady_clock::time_point deadline,
+                     const std::function<bool()>& busy);
+  // Throws Error(kAborted) after abort(), Error(kPeerFailure) when rank q exited or left.
+  void check_peer(int q) const { throw_if_aborted_or_exited(q); }
+  // How long a waiter spins before it sleeps (0: never), and its record of how spins went.
+  std::chrono::nanoseconds spin() const { return spin_; }
+  SpinBackoff& backoff() { return backoff_; }
 
  private:
   struct Control;
   struct SlotHeader;
-  ShmGroup(void* base, int rank, int size, size_t slot_bytes, bool spin);
+  ShmGroup(void* base, int rank, int size, size_t slot_bytes, size_t ring_bytes, bool spin);
   // Bytes from one slot to the next: its header and `slot_bytes` (whole cache lines).
   static size_t slot_stride(size_t slot_bytes);
-  // The whole segment: each rank's Control and two sets of slots.
-  static size_t segment_bytes(int size, size_t slot_bytes);
+  // The whole segment: each rank's Control, two sets of slots and the mailbox rings (none when
+  // `ring_bytes` is 0).
+  static size_t segment_bytes(int size, size_t slot_bytes, size_t ring_bytes);
+  // Bytes from one ring to the next: its two counters' cache lines and its data.
+  static size_t ring_stride(size_t ring_bytes);
 
-  // Peer q as errors name it: its global rank, and its group rank where that differs.
-  std::string peer(int q) const;
   Control& control(int q) const;
   SlotHeader& header(uint32_t exchange, int q) const;
   void wait_for(int q, uint32_t exchange, std::chrono::steady_clock::time_point deadline);
@@ -92,6 +125,7 @@ class ShmGroup : public SlotExchange {
   int size_;
   size_t slot_bytes_;
   size_t slot_stride_;             // Header and data of one slot, rounded to a cache line.
+  size_t ring_bytes_;              // 0: no mailboxes.
   std::chrono::nanoseconds spin_;  // How long a waiter spins before it sleeps.
   SpinBackoff backoff_;            // Whether wait_for spins.
   uint32_t exchanges_ = 0;         // Exchanges done: the next one is exchanges_ + 1.

@@ -1,0 +1,259 @@
+#include "runtime/backends/gloo/shm_mailboxes.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "runtime/backends/gloo/shm_group.h"
+#include "runtime/collectives/futex.h"
+#include "runtime/error.h"
+
+namespace meshrt {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// What precedes each payload in a ring. Positions stay multiples of 16, so a header never wraps.
+struct Header {
+  uint64_t bytes;
+  int32_t tag;
+  uint32_t magic;
+};
+static_assert(sizeof(Header) == 16);
+constexpr uint64_t kHeader = sizeof(Header);
+// Every header carries it: anything else at a header's place was written by another process.
+constexpr uint32_t kMagic = 0x4c49414d;  // "MAIL"
+
+uint64_t padded(uint64_t bytes) { return (bytes + 15) & ~uint64_t{15}; }
+
+// A ring's stream position `at` to `at + n` (n <= capacity), across the wrap.
+void copy_in(const ShmGroup::Ring& ring, size_t capacity, uint64_t at, const char* from, size_t n) {
+  const size_t pos = at & (capacity - 1);
+  const size_t first = std::min(n, capacity - pos);
+  std::memcpy(ring.data + pos, from, first);
+  std::memcpy(ring.data, from + first, n - first);
+}
+
+void copy_out(const ShmGroup::Ring& ring, size_t capacity, uint64_t at, char* to, size_t n) {
+  const size_t pos = at & (capacity - 1);
+  const size_t first = std::min(n, capacity - pos);
+  std::memcpy(to, ring.data + pos, first);
+  std::memcpy(to + first, ring.data, n - first);
+}
+
+bool sends_to(const P2POp& op, int peer) { return op.dir == P2POp::Dir::kSend && op.peer == peer; }
+bool receives_from(const P2POp& op, int peer) {
+  return op.dir == P2POp::Dir::kRecv && op.peer == peer;
+}
+
+}  // namespace
+
+ShmMailboxes::ShmMailboxes(ShmGroup& group)
+    : group_(group), peers_(static_cast<size_t>(group.size())) {}
+
+void ShmMailboxes::run(std::span<const P2POp> ops, Clock::time_point deadline) {
+  states_.assign(ops.size(), State{});
+  mismatch_.clear();
+  std::vector<int>& involved = involved_;
+  involved.clear();
+  for (const P2POp& op : ops) involved.push_back(op.peer);
+  std::sort(involved.begin(), involved.end());
+  involved.erase(std::unique(involved.begin(), involved.end()), involved.end());
+  auto all_done = [&] {
+    return std::all_of(states_.begin(), states_.end(), [](const State& s) { return s.done; });
+  };
+  auto moves = [&] {
+    bool moved = false;
+    for (const int q : involved) {
+      moved |= progress_sends(ops, q);
+      moved |= progress_receives(ops, q);
+    }
+    return moved;
+  };
+  while (!all_done()) {
+    if (moves()) continue;
+    // Nothing could move: spin while the peers are likely awake, then sleep on the doorbell.
+    if (group_.spin().count() > 0 && group_.backoff().may_spin()) {
+      const auto spin_end = Clock::now() + group_.spin();
+      bool hit = false;
+      for (uint32_t i = 1; !hit; ++i) {
+        cpu_relax();
+        hit = moves();
+        if (i % 16 == 0 && Clock::now() >= spin_end) break;
+      }
+      group_.backoff().record(hit);
+      if (hit) continue;
+    }
+    bool moved = false;
+    group_.wait_for_mail(deadline, [&] { return moved = moves(); });
+    if (moved) continue;
+    // A peer that exited may have left its messages in the rings: those were read above first.
+    for (const int q : involved) group_.check_peer(q);
+    if (Clock::now() >= deadline) fail_timeout(ops);
+  }
+  if (!mismatch_.empty()) throw Error(ErrorCode::kInvalidArgument, {}, mismatch_);
+}
+
+bool ShmMailboxes::progress_sends(std::span<const P2POp> ops, int q) {
+  Peer& peer = peers_[static_cast<size_t>(q)];
+  const ShmGroup::Ring ring = group_.ring(group_.rank(), q);
+  const size_t capacity = group_.ring_bytes();
+  // Published in pieces of a quarter ring, so that the receiver copies one out while this rank
+  // copies the next in.
+  const uint64_t piece = capacity / 4;
+  bool moved = false;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const P2POp& op = ops[i];
+    State& s = states_[i];
+    if (!sends_to(op, q) || s.done) continue;
+    const uint64_t bytes = op.buffer.bytes();
+    const uint64_t total = kHeader + padded(bytes);
+    while (s.moved < total) {
+      const uint64_t room = capacity - (peer.written - ring.read->load());
+      uint64_t n = 0;
+      if (s.moved == 0) {
+        if (room < kHeader) break;
+        const Header h{bytes, op.tag, kMagic};
+        copy_in(ring, capacity, peer.written, reinterpret_cast<const char*>(&h), kHeader);
+        n = kHeader;
+      }
+      // The payload, as far as it fits; a small message goes with its header in one piece.
+      const uint64_t off = s.moved + n - kHeader;
+      const uint64_t more = std::min({room - n, piece, total - s.moved - n});
+      const uint64_t real = off < bytes ? std::min(more, bytes - off) : 0;
+      copy_in(ring, capacity, peer.written + n, static_cast<const char*>(op.buffer.data) + off,
+              real);
+      n += more;
+      if (n == 0) break;
+      peer.written += n;
+      s.moved += n;
+      ring.written->store(peer.written);
+      group_.ring_doorbell(q);
+      moved = true;
+    }
+    if (s.moved < total) break;  // Messages to one peer go in posting order.
+    s.done = true;
+  }
+  return moved;
+}
+
+bool ShmMailboxes::progress_receives(std::span<const P2POp> ops, int q) {
+  Peer& peer = peers_[static_cast<size_t>(q)];
+  bool moved = false;
+  // Receives that a message kept earlier completes, in posting order.
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const P2POp& op = ops[i];
+    State& s = states_[i];
+    if (!receives_from(op, q) || s.matched) continue;
+    const auto kept = std::find_if(peer.unexpected.begin(), peer.unexpected.end(),
+                                   [&](const Unexpected& u) { return u.tag == op.tag; });
+    if (kept == peer.unexpected.end() || !kept->complete) continue;
+    if (kept->data.size() == op.buffer.bytes()) {
+      std::memcpy(op.buffer.data, kept->data.data(), kept->data.size());
+    }
+    s.matched = true;
+    complete_receive(op, s, kept->data.size());
+    peer.unexpected.erase(kept);
+    moved = true;
+  }
+  const ShmGroup::Ring ring = group_.ring(q, group_.rank());
+  const size_t capacity = group_.ring_bytes();
+  // Frees what was read for the sender: after each piece, so that it refills the ring meanwhile.
+  uint64_t freed = peer.read;
+  auto free_read = [&] {
+    if (peer.read == freed) return;
+    freed = peer.read;
+    ring.read->store(peer.read);
+    group_.ring_doorbell(q);
+  };
+  Reading& r = peer.reading;
+  for (;;) {
+    uint64_t available = ring.written->load() - peer.read;
+    if (!r.active) {
+      if (available < kHeader) break;
+      Header h;
+      copy_out(ring, capacity, peer.read, reinterpret_cast<char*>(&h), kHeader);
+      if (h.magic != kMagic) {
+        throw Error(ErrorCode::kBackend, {},
+                    fmt::format("gloo shared memory: the mailbox from {} holds no message header "
+                                "where one belongs: another process wrote into this group's "
+                                "segment (docs/reliability.md)",
+                                group_.peer(q)));
+      }
+      peer.read += kHeader;
+      available -= kHeader;
+      moved = true;
+      r = Reading{true, padded(h.bytes), h.bytes, 0, nullptr, -1};
+      // The first receive of its tag still waiting takes it, unless a message of that tag that
+      // came earlier is kept: then it is kept too, behind it.
+      const bool behind = std::any_of(peer.unexpected.begin(), peer.unexpected.end(),
+                                      [&](const Unexpected& u) { return u.tag == h.tag; });
+      for (size_t i = 0; i < ops.size() && !behind; ++i) {
+        if (receives_from(ops[i], q) && !states_[i].matched && ops[i].tag == h.tag) {
+          r.op = static_cast<int>(i);
+          break;
+        }
+      }
+      if (r.op >= 0) {
+        states_[static_cast<size_t>(r.op)].matched = true;
+        const BufferView& to = ops[static_cast<size_t>(r.op)].buffer;
+        if (to.bytes() == h.bytes) {
+          r.to = static_cast<char*>(to.data);
+        } else {
+          drain_.resize(h.bytes);
+          r.to = drain_.data();
+        }
+      } else {
+        Unexpected& u = peer.unexpected.emplace_back();
+        u.tag = h.tag;
+        u.data.resize(h.bytes);
+        r.to = u.data.data();
+      }
+    }
+    const uint64_t n = std::min({available, r.padded - r.got, capacity / 4});
+    const uint64_t real = r.got < r.bytes ? std::min(n, r.bytes - r.got) : 0;
+    copy_out(ring, capacity, peer.read, r.to + r.got, real);
+    peer.read += n;
+    r.got += n;
+    moved |= n > 0;
+    free_read();
+    if (r.got < r.padded) {
+      if (n > 0) continue;
+      break;
+    }
+    r.active = false;
+    if (r.op >= 0) {
+      complete_receive(ops[static_cast<size_t>(r.op)], states_[static_cast<size_t>(r.op)], r.bytes);
+    } else {
+      peer.unexpected.back().complete = true;
+    }
+  }
+  return moved;
+}
+
+void ShmMailboxes::complete_receive(const P2POp& op, State& state, uint64_t bytes) {
+  state.done = true;
+  if (bytes != op.buffer.bytes() && mismatch_.empty()) {
+    mismatch_ = fmt::format("recv of {} bytes from rank {} (tag {}) matched a send of {} bytes",
+                            op.buffer.bytes(), op.peer, op.tag, bytes);
+  }
+}
+
+void ShmMailboxes::fail_timeout(std::span<const P2POp> ops) const {
+  std::vector<std::string> waiting;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (states_[i].done) continue;
+    const P2POp& op = ops[i];
+    waiting.push_back(op.dir == P2POp::Dir::kSend
+                          ? fmt::format("send of {} bytes to {} (tag {})", op.buffer.bytes(),
+                                        group_.peer(op.peer), op.tag)
+                          : fmt::format("recv of {} bytes from {} (tag {})", op.buffer.bytes(),
+                                        group_.peer(op.peer), op.tag));
+  }
+  throw Error(ErrorCode::kTimeout, {},
+              fmt::format("gloo shared memory: timed out in {}", fmt::join(waiting, ", ")));
+}
+
+}  // namespace meshrt
