@@ -15,18 +15,25 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// What precedes each payload in a ring. Positions stay multiples of 16, so a header never wraps.
+// What precedes each payload in a ring. Positions stay multiples of its size, so a header never
+// wraps. The stamp, written last, tells the receiver that the message is there: it reads the
+// header's cache line alone, not the ring's `written` counter too, for any message that fits its
+// first piece (one cache-line handoff for a small one, as Open MPI's xhc inlines its payloads).
 struct Header {
   uint64_t bytes;
-  int32_t tag;
-  uint32_t magic;
+  int64_t tag;
+  uint64_t unused;
+  std::atomic<uint64_t> stamp;
 };
-static_assert(sizeof(Header) == 16);
 constexpr uint64_t kHeader = sizeof(Header);
-// Every header carries it: anything else at a header's place was written by another process.
-constexpr uint32_t kMagic = 0x4c49414d;  // "MAIL"
+static_assert(kHeader == 32);
+constexpr uint64_t kMagic = 0x4d41494c424f5853;  // "MAILBOXS"
 
-uint64_t padded(uint64_t bytes) { return (bytes + 15) & ~uint64_t{15}; }
+// The stamp of a header at stream position `at`: what lies there from an earlier lap of the ring
+// (a header, or a payload's bytes: 64 of them would have to match), or was never written, differs.
+uint64_t stamp_at(uint64_t at) { return kMagic ^ at; }
+
+uint64_t padded(uint64_t bytes) { return (bytes + kHeader - 1) & ~(kHeader - 1); }
 
 // A ring's stream position `at` to `at + n` (n <= capacity), across the wrap.
 void copy_in(const ShmGroup::Ring& ring, size_t capacity, uint64_t at, const char* from, size_t n) {
@@ -42,6 +49,10 @@ void copy_out(const ShmGroup::Ring& ring, size_t capacity, uint64_t at, char* to
   std::memcpy(to, ring.data + pos, first);
   std::memcpy(to + first, ring.data, n - first);
 }
+
+// Payload bytes published at once: a quarter ring, so that the receiver copies one piece out
+// while the sender copies the next in.
+uint64_t piece(size_t capacity) { return capacity / 4; }
 
 bool sends_to(const P2POp& op, int peer) { return op.dir == P2POp::Dir::kSend && op.peer == peer; }
 bool receives_from(const P2POp& op, int peer) {
@@ -100,9 +111,6 @@ bool ShmMailboxes::progress_sends(std::span<const P2POp> ops, int q) {
   Peer& peer = peers_[static_cast<size_t>(q)];
   const ShmGroup::Ring ring = group_.ring(group_.rank(), q);
   const size_t capacity = group_.ring_bytes();
-  // Published in pieces of a quarter ring, so that the receiver copies one out while this rank
-  // copies the next in.
-  const uint64_t piece = capacity / 4;
   bool moved = false;
   for (size_t i = 0; i < ops.size(); ++i) {
     const P2POp& op = ops[i];
@@ -111,25 +119,34 @@ bool ShmMailboxes::progress_sends(std::span<const P2POp> ops, int q) {
     const uint64_t bytes = op.buffer.bytes();
     const uint64_t total = kHeader + padded(bytes);
     while (s.moved < total) {
-      const uint64_t room = capacity - (peer.written - ring.read->load());
-      uint64_t n = 0;
-      if (s.moved == 0) {
-        if (room < kHeader) break;
-        const Header h{bytes, op.tag, kMagic};
-        copy_in(ring, capacity, peer.written, reinterpret_cast<const char*>(&h), kHeader);
-        n = kHeader;
+      // A header goes with the whole first piece (the receiver counts on it), later pieces
+      // as far as they fit. The receiver's counter is read only when the last one read leaves
+      // too little room: it is a cache line the receiver writes.
+      const uint64_t first = std::min(padded(bytes), piece(capacity));
+      const uint64_t want = s.moved == 0 ? kHeader + first : 1;
+      uint64_t room = capacity - (peer.written - peer.read_seen);
+      if (room < want) {
+        peer.read_seen = ring.read->load();
+        room = capacity - (peer.written - peer.read_seen);
+        if (room < want) break;
       }
-      // The payload, as far as it fits; a small message goes with its header in one piece.
-      const uint64_t off = s.moved + n - kHeader;
-      const uint64_t more = std::min({room - n, piece, total - s.moved - n});
+      const uint64_t at = peer.written;
+      const uint64_t off = s.moved == 0 ? 0 : s.moved - kHeader;
+      const uint64_t more =
+          s.moved == 0 ? first : std::min({room, piece(capacity), total - s.moved});
       const uint64_t real = off < bytes ? std::min(more, bytes - off) : 0;
-      copy_in(ring, capacity, peer.written + n, static_cast<const char*>(op.buffer.data) + off,
-              real);
-      n += more;
-      if (n == 0) break;
+      const uint64_t payload_at = s.moved == 0 ? at + kHeader : at;
+      copy_in(ring, capacity, payload_at, static_cast<const char*>(op.buffer.data) + off, real);
+      if (s.moved == 0) {
+        auto* h = reinterpret_cast<Header*>(ring.data + (at & (capacity - 1)));
+        h->bytes = bytes;
+        h->tag = op.tag;
+        h->stamp.store(stamp_at(at));  // seq_cst: before the load of the doorbell's flag.
+      }
+      const uint64_t n = (s.moved == 0 ? kHeader : 0) + more;
       peer.written += n;
       s.moved += n;
-      ring.written->store(peer.written);
+      ring.written->store(peer.written, std::memory_order_release);
       group_.ring_doorbell(q);
       moved = true;
     }
@@ -170,22 +187,24 @@ bool ShmMailboxes::progress_receives(std::span<const P2POp> ops, int q) {
   };
   Reading& r = peer.reading;
   for (;;) {
-    uint64_t available = ring.written->load() - peer.read;
     if (!r.active) {
-      if (available < kHeader) break;
-      Header h;
-      copy_out(ring, capacity, peer.read, reinterpret_cast<char*>(&h), kHeader);
-      if (h.magic != kMagic) {
-        throw Error(ErrorCode::kBackend, {},
-                    fmt::format("gloo shared memory: the mailbox from {} holds no message header "
-                                "where one belongs: another process wrote into this group's "
-                                "segment (docs/reliability.md)",
-                                group_.peer(q)));
+      const auto& h = *reinterpret_cast<const Header*>(ring.data + (peer.read & (capacity - 1)));
+      if (h.stamp.load() != stamp_at(peer.read)) {
+        // Nothing yet, unless the sender's counter is past it: then another process wrote here.
+        if (static_cast<int64_t>(ring.written->load() - peer.read) >=
+            static_cast<int64_t>(kHeader)) {
+          throw Error(ErrorCode::kBackend, {},
+                      fmt::format("gloo shared memory: the mailbox from {} holds no message "
+                                  "header where one belongs: another process wrote into this "
+                                  "group's segment (docs/reliability.md)",
+                                  group_.peer(q)));
+        }
+        break;
       }
       peer.read += kHeader;
-      available -= kHeader;
       moved = true;
-      r = Reading{true, padded(h.bytes), h.bytes, 0, nullptr, -1};
+      r = Reading{.active = true, .padded = padded(h.bytes), .bytes = h.bytes};
+      r.first = std::min(r.padded, piece(capacity));
       // The first receive of its tag still waiting takes it, unless a message of that tag that
       // came earlier is kept: then it is kept too, behind it.
       const bool behind = std::any_of(peer.unexpected.begin(), peer.unexpected.end(),
@@ -212,7 +231,13 @@ bool ShmMailboxes::progress_receives(std::span<const P2POp> ops, int q) {
         r.to = u.data.data();
       }
     }
-    const uint64_t n = std::min({available, r.padded - r.got, capacity / 4});
+    // The first piece came with the header; later ones are counted by the sender's counter.
+    uint64_t available = r.first - std::min(r.got, r.first);
+    if (available == 0) {
+      const int64_t counted = static_cast<int64_t>(ring.written->load() - peer.read);
+      available = static_cast<uint64_t>(std::max<int64_t>(counted, 0));
+    }
+    const uint64_t n = std::min({available, r.padded - r.got, piece(capacity)});
     const uint64_t real = r.got < r.bytes ? std::min(n, r.bytes - r.got) : 0;
     copy_out(ring, capacity, peer.read, r.to + r.got, real);
     peer.read += n;

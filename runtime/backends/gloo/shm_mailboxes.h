@@ -1,7 +1,7 @@
 // Point-to-point messages between the ranks of one host's Gloo communicator, through the rings of
 // its shared-memory segment (shm_group.h) instead of TCP: send, recv and batches of them. A
-// message is a 16-byte header (size, tag) and its payload, streamed through the ring of its
-// ordered pair in pieces as the receiver frees room, so any size fits. Matching follows MPI: a
+// message is a 32-byte header (size, tag, a stamp) and its payload, streamed through the ring of
+// its ordered pair in pieces as the receiver frees room, so any size fits. Matching follows MPI: a
 // receive takes the first message of its tag from its peer; one of another tag that arrives
 // first is kept in this process's memory until a receive asks for it. A send completes once its
 // last byte is in the ring (at once for a message that fits: an eager send, as MPI's), a receive
@@ -45,15 +45,17 @@ class ShmMailboxes {
   // The message being read from one peer's ring.
   struct Reading {
     bool active = false;
-    uint64_t padded = 0;  // Payload bytes in the ring: its size rounded up to 16.
+    uint64_t padded = 0;  // Payload bytes in the ring: its size rounded up to 32.
     uint64_t bytes = 0;   // Payload bytes.
     uint64_t got = 0;     // Of `padded`, read so far.
+    uint64_t first = 0;   // Of `padded`, what came with the header.
     char* to = nullptr;   // Where the payload goes.
     int op = -1;          // The receive it completes, or -1: into `unexpected`.
   };
   struct Peer {
-    uint64_t written = 0;  // This rank's counter of the ring to the peer.
-    uint64_t read = 0;     // This rank's counter of the ring from the peer.
+    uint64_t written = 0;    // This rank's counter of the ring to the peer.
+    uint64_t read_seen = 0;  // The peer's counter of that ring, as last read.
+    uint64_t read = 0;       // This rank's counter of the ring from the peer.
     Reading reading;
     std::list<Unexpected> unexpected;  // In arrival order; a list keeps `reading.to` valid.
   };
