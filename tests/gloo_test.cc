@@ -414,6 +414,24 @@ TEST(Gloo, MailboxOpsEndOnAbortPeerExitAndTimeout) {
   EXPECT_EQ(leaked_segments(), std::vector<std::string>{});
 }
 
+// Thousands of checked ring exchanges through the mailboxes, in rings of the default size and of
+// 1 KiB (slot 64: every large message wraps many times), at 2 and 3 ranks.
+TEST(Gloo, MailboxStressEveryMessageArrivesWhole) {
+  for (const char* slot : {"", "64"}) {
+    for (int n : {2, 3}) {
+      std::map<std::string, std::string> env{{"MESHRT_TIMEOUT_MS", "30000"}};
+      if (*slot != '\0') env["MESHRT_GLOO_SHM_SLOT_BYTES"] = slot;
+      const auto results =
+          run_ranks({MESHRT_GLOO_WORKER, "p2p_stress"}, n, std::chrono::seconds(120), env);
+      for (const auto& r : results) {
+        EXPECT_EQ(r.exit_code, 0) << "slot '" << slot << "', " << n << " ranks\n"
+                                  << describe(results);
+        EXPECT_NE(r.output.find("p2p_stress wrong=0"), std::string::npos) << r.output;
+      }
+    }
+  }
+}
+
 // p2p size mismatches fail the receiver (MPI's truncation error: the send completes). An uneven
 // all_to_all whose splits disagree fails every rank through shared memory, where each sees the
 // whole split matrix, and the receiver over TCP (MESHRT_GLOO_SHM_SLOT_BYTES=0). Nobody dies and

@@ -424,8 +424,9 @@ void ShmGroup::throw_if_aborted_or_exited(int q) const {
   }
   if (control(q).left.load() != 0) {
     throw Error(ErrorCode::kPeerFailure, {},
-                fmt::format("gloo shared memory: {} left the group: its op failed with a peer on "
-                            "another host (its own error names it)",
+                fmt::format("gloo shared memory: {} left the group: its communicator was "
+                            "aborted, or its op failed with a peer on another host (its own "
+                            "error says which)",
                             peer(q)));
   }
 }

@@ -190,9 +190,11 @@ bool ShmMailboxes::progress_receives(std::span<const P2POp> ops, int q) {
     if (!r.active) {
       const auto& h = *reinterpret_cast<const Header*>(ring.data + (peer.read & (capacity - 1)));
       if (h.stamp.load() != stamp_at(peer.read)) {
-        // Nothing yet, unless the sender's counter is past it: then another process wrote here.
+        // Nothing yet, unless the sender's counter is past it: the sender stores the stamp
+        // before the counter, so a stamp still wrong then was written by another process.
         if (static_cast<int64_t>(ring.written->load() - peer.read) >=
-            static_cast<int64_t>(kHeader)) {
+                static_cast<int64_t>(kHeader) &&
+            h.stamp.load() != stamp_at(peer.read)) {
           throw Error(ErrorCode::kBackend, {},
                       fmt::format("gloo shared memory: the mailbox from {} holds no message "
                                   "header where one belongs: another process wrote into this "
