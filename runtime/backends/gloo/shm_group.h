@@ -76,9 +76,9 @@ class ShmGroup : public SlotExchange {
   // send and recv over them). A ring's counters only grow: `written` by the sender alone, `read`
   // by the receiver alone; byte i of the stream lies at data[i % ring_bytes()].
   struct Ring {
-    std::atomic<uint64_t>* written;
-    std::atomic<uint64_t>* read;
-    char* data;
+    std::atomic<uint64_t>* written = nullptr;
+    std::atomic<uint64_t>* read = nullptr;
+    char* data = nullptr;
   };
   // The ring from rank `from` to rank `to` (from != to).
   Ring ring(int from, int to) const;

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "runtime/backends/gloo/shm_group.h"
 #include "runtime/collectives/futex.h"
 #include "runtime/error.h"
 
@@ -62,7 +61,13 @@ bool receives_from(const P2POp& op, int peer) {
 }  // namespace
 
 ShmMailboxes::ShmMailboxes(ShmGroup& group)
-    : group_(group), peers_(static_cast<size_t>(group.size())) {}
+    : group_(group), capacity_(group.ring_bytes()), peers_(static_cast<size_t>(group.size())) {
+  for (int q = 0; q < group.size(); ++q) {
+    if (q == group.rank()) continue;
+    peers_[static_cast<size_t>(q)].out = group.ring(group.rank(), q);
+    peers_[static_cast<size_t>(q)].in = group.ring(q, group.rank());
+  }
+}
 
 void ShmMailboxes::run(std::span<const P2POp> ops, Clock::time_point deadline) {
   states_.assign(ops.size(), State{});
@@ -109,8 +114,8 @@ void ShmMailboxes::run(std::span<const P2POp> ops, Clock::time_point deadline) {
 
 bool ShmMailboxes::progress_sends(std::span<const P2POp> ops, int q) {
   Peer& peer = peers_[static_cast<size_t>(q)];
-  const ShmGroup::Ring ring = group_.ring(group_.rank(), q);
-  const size_t capacity = group_.ring_bytes();
+  const ShmGroup::Ring& ring = peer.out;
+  const size_t capacity = capacity_;
   bool moved = false;
   for (size_t i = 0; i < ops.size(); ++i) {
     const P2POp& op = ops[i];
@@ -175,8 +180,8 @@ bool ShmMailboxes::progress_receives(std::span<const P2POp> ops, int q) {
     peer.unexpected.erase(kept);
     moved = true;
   }
-  const ShmGroup::Ring ring = group_.ring(q, group_.rank());
-  const size_t capacity = group_.ring_bytes();
+  const ShmGroup::Ring& ring = peer.in;
+  const size_t capacity = capacity_;
   // Frees what was read for the sender: after each piece, so that it refills the ring meanwhile.
   uint64_t freed = peer.read;
   auto free_read = [&] {

@@ -15,11 +15,10 @@
 #include <string>
 #include <vector>
 
+#include "runtime/backends/gloo/shm_group.h"
 #include "runtime/op.h"
 
 namespace meshrt {
-
-class ShmGroup;
 
 // One communicator's mailboxes, used by the thread that runs its ops.
 class ShmMailboxes {
@@ -53,6 +52,8 @@ class ShmMailboxes {
     int op = -1;          // The receive it completes, or -1: into `unexpected`.
   };
   struct Peer {
+    ShmGroup::Ring out;      // The ring to the peer.
+    ShmGroup::Ring in;       // The ring from the peer.
     uint64_t written = 0;    // This rank's counter of the ring to the peer.
     uint64_t read_seen = 0;  // The peer's counter of that ring, as last read.
     uint64_t read = 0;       // This rank's counter of the ring from the peer.
@@ -74,6 +75,7 @@ class ShmMailboxes {
   [[noreturn]] void fail_timeout(std::span<const P2POp> ops) const;
 
   ShmGroup& group_;
+  const size_t capacity_;  // group_.ring_bytes().
   std::vector<Peer> peers_;
   std::vector<State> states_;  // Of the running batch, by op.
   std::vector<int> involved_;  // The running batch's peers, ascending.
