@@ -151,7 +151,9 @@ bool ShmMailboxes::progress_sends(std::span<const P2POp> ops, int q) {
       const uint64_t n = (s.moved == 0 ? kHeader : 0) + more;
       peer.written += n;
       s.moved += n;
-      ring.written->store(peer.written, std::memory_order_release);
+      // seq_cst, as the stamp: a release store could pass ring_doorbell()'s load of the
+      // receiver's sleeper flag, and a receiver waiting for this piece would sleep through it.
+      ring.written->store(peer.written);
       group_.ring_doorbell(q);
       moved = true;
     }
