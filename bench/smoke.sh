@@ -190,5 +190,18 @@ if [ -x "$BUILD/bench/mpi_bench" ] && command -v mpirun > /dev/null; then
     tail -n 20 "$OUT/mpi.out" >&2
   fi
 fi
+# gloo_vs_mpi_bench: meshrt's Gloo backend beside raw MPI in the same 2 processes, sendrecv only.
+if [ -x "$BUILD/bench/gloo_vs_mpi_bench" ] && command -v mpirun > /dev/null; then
+  port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  if timeout 120 mpirun -np 2 --oversubscribe --allow-run-as-root --mca btl self,vader \
+    --mca btl_vader_single_copy_mechanism none -x MESHRT_BACKEND=gloo -x MASTER_ADDR=127.0.0.1 \
+    -x MASTER_PORT="$port" "$BUILD/bench/gloo_vs_mpi_bench" 1 sendrecv \
+    > "$OUT/gloo_vs_mpi.out" 2>&1 && grep -q '^sendrecv .* 67108864 B .*meshrt/MPI' "$OUT/gloo_vs_mpi.out"; then
+    echo "bench_smoke: gloo_vs_mpi_bench ok"
+  else
+    fail "gloo_vs_mpi_bench"
+    tail -n 20 "$OUT/gloo_vs_mpi.out" >&2
+  fi
+fi
 
 exit $failed
