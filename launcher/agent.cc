@@ -254,6 +254,7 @@ int Agent::run_job() {
     r.node_rank = options_.node_rank;
     r.nproc = options_.nproc_per_node;
     r.max_restarts = options_.max_restarts;
+    r.on_rank_failure = continues_on_failure() ? "continue" : "restart-job";
     r.log_dir = run_dir_;
     r.local_addr = options_.local_addr;
     r.timeout = options_.rdzv_timeout;

@@ -137,7 +137,8 @@ void Rendezvous::exchange_node_info() {
       {"pid", ::getpid()},
       {"log_dir", options_.log_dir},
       {"nnodes", options_.nnodes},
-      {"max_restarts", options_.max_restarts}};
+      {"max_restarts", options_.max_restarts},
+      {"on_rank_failure", options_.on_rank_failure}};
   store_->set(fmt::format("nodes/info/{}", node_rank_), as_bytes(mine.dump()));
   std::vector<std::string> keys;
   for (int k = 0; k < options_.nnodes; ++k) keys.push_back(fmt::format("nodes/info/{}", k));
@@ -146,12 +147,14 @@ void Rendezvous::exchange_node_info() {
   for (int k = 0; k < options_.nnodes; ++k) {
     const auto j = nlohmann::json::parse(to_string(values[k]));
     for (const auto& [field, flag] :
-         {std::pair{"nnodes", "--nnodes"}, std::pair{"max_restarts", "--max-restarts"}}) {
-      if (j[field] != mine[field]) {
+         {std::pair{"nnodes", "--nnodes"}, std::pair{"max_restarts", "--max-restarts"},
+          std::pair{"on_rank_failure", "--on-rank-failure"}}) {
+      const nlohmann::json theirs = j.value(field, nlohmann::json());  // null: an older agent.
+      if (theirs != mine[field]) {
         throw Error(ErrorCode::kInvalidArgument, context(),
                     fmt::format("node {} (agent {}:{}) has {} {} but node {} has {}", k,
                                 j["host"].get<std::string>(), j["pid"].get<int>(), flag,
-                                j[field].dump(), node_rank_, mine[field].dump()));
+                                theirs.dump(), node_rank_, mine[field].dump()));
       }
     }
     NodeInfo n;

@@ -21,9 +21,12 @@ struct RendezvousOptions {
   std::string run_id;  // Store keys live under "meshrun/<run_id>/".
   std::string token;   // The store's shared secret (MESHRT_STORE_TOKEN); empty: none.
   int nnodes = 1;
-  int node_rank = -1;      // -1: assigned (the agent that manages to host the store is node 0).
-  int nproc = 1;           // Ranks this agent starts.
-  int max_restarts = 0;    // Must agree on every node.
+  int node_rank = -1;    // -1: assigned (the agent that manages to host the store is node 0).
+  int nproc = 1;         // Ranks this agent starts.
+  int max_restarts = 0;  // Must agree on every node.
+  // --on-rank-failure's value ("restart-job", "continue"): must agree on every node, or a death
+  // would stop the ranks of some nodes and leave the others to repair around it.
+  std::string on_rank_failure = "restart-job";
   std::string log_dir;     // Reported to the others for the summary.
   std::string local_addr;  // This node's address as the others see it; empty: the host name.
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // For every wait on the others.

@@ -793,6 +793,34 @@ TEST(Meshrun, BadFlagsAreOneLineAndExitStatusTwo) {
   EXPECT_EQ(passed.out, "[rank0]: --nnodes --bogus\n");
 }
 
+// Agents that disagree on what a rank's death does would leave some nodes repairing around a
+// rank that the others stop with the job: the rendezvous refuses them, naming both values.
+TEST(Meshrun, NodesThatDisagreeOnRankFailureAreRefusedAtTheRendezvous) {
+  const std::string port = std::to_string(free_port());
+  auto args_for = [&](int node, const char* on_failure) {
+    return std::vector<std::string>{"--nnodes",          "2",
+                                    "--nproc-per-node",  "1",
+                                    "--node-rank",       std::to_string(node),
+                                    "--rdzv-endpoint",   "127.0.0.1:" + port,
+                                    "--rdzv-id",         "disagree",
+                                    "--rdzv-timeout",    "20",
+                                    "--on-rank-failure", on_failure,
+                                    "/bin/true"};
+  };
+  Meshrun node0(args_for(0, "restart-job"), kInitEnv), node1(args_for(1, "continue"), kInitEnv);
+  const Outcome r0 = node0.wait(40s), r1 = node1.wait(40s);
+  EXPECT_NE(r0.exit_code, 0) << r0.err;
+  EXPECT_NE(r1.exit_code, 0) << r1.err;
+  // Node 0 refuses for certain (it reads every node's values); node 1 may lose node 0's store
+  // before it reads them, which is its error then.
+  EXPECT_TRUE(contains(r0.err, "meshrun: node 1 (agent ")) << r0.err;
+  EXPECT_TRUE(
+      contains(r0.err, " has --on-rank-failure \"continue\" but node 0 has \"restart-job\""))
+      << r0.err;
+  EXPECT_TRUE(contains(r1.err, "--on-rank-failure") || contains(r1.err, "lost node 0's store"))
+      << r1.err;
+}
+
 TEST(Meshrun, RendezvousTimeoutNamesTheMissingNodes) {
   const auto r =
       run_meshrun({"--nnodes", "3", "--rdzv-endpoint", fmt::format("127.0.0.1:{}", free_port()),
