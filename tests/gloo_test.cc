@@ -325,15 +325,23 @@ TEST_P(GlooPeerDies, PeerKilledMidJobFailsTheOthersWithinTheTimeout) {
       run_ranks({MESHRT_GLOO_WORKER, "peer_dies"}, 3, std::chrono::seconds(30), env);
   const auto elapsed = std::chrono::steady_clock::now() - start;
   EXPECT_EQ(results[2].exit_code, 9) << describe(results);
+  auto says = [&](int r, const char* code) {
+    return results[r].output.find(fmt::format("[{}] rank {}, comm 'world', all_reduce #2", code,
+                                              r)) != std::string::npos;
+  };
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(results[r].exit_code, 3) << describe(results);
     // The error names the rank, the communicator and the op, and that a peer failed (not merely
-    // that the 4 s timeout passed).
-    EXPECT_NE(results[r].output.find("[peer_failure] rank " + std::to_string(r) +
-                                     ", comm 'world', all_reduce #2"),
-              std::string::npos)
-        << results[r].output;
+    // that the 4 s timeout passed). Over TCP alone (GetParam() "0") one survivor's Gloo op may
+    // miss the closed connection and end at its timeout instead, still in time (seen once in
+    // CI, under tsan, the other survivor naming the peer failure); one of them must name it.
+    if (GetParam() == "0") {
+      EXPECT_TRUE(says(r, "peer_failure") || says(r, "timeout")) << results[r].output;
+    } else {
+      EXPECT_TRUE(says(r, "peer_failure")) << results[r].output;
+    }
   }
+  EXPECT_TRUE(says(0, "peer_failure") || says(1, "peer_failure")) << describe(results);
   EXPECT_LT(elapsed, std::chrono::seconds(20));
   EXPECT_EQ(leaked_segments(), std::vector<std::string>{});
 }
