@@ -29,7 +29,8 @@ static_assert(kHeader == 32);
 constexpr uint64_t kMagic = 0x4d41494c424f5853;  // "MAILBOXS"
 
 // The stamp of a header at stream position `at`: what lies there from an earlier lap of the ring
-// (a header, or a payload's bytes: 64 of them would have to match), or was never written, differs.
+// differs (a header's stamp names its own position; a payload's 8 bytes there would have to
+// equal this one), as do the zeros of a ring never written.
 uint64_t stamp_at(uint64_t at) { return kMagic ^ at; }
 
 uint64_t padded(uint64_t bytes) { return (bytes + kHeader - 1) & ~(kHeader - 1); }
