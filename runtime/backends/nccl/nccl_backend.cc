@@ -342,18 +342,21 @@ class NcclBackend final : public Backend {
   }
   std::unique_ptr<Backend> shrink(const SplitSpec& spec) override {
     check_can_shrink();
+    if (spec.excluded.empty()) {
+      // ncclCommShrink refuses to exclude nobody (NCCL 2.28.3: invalid argument, for a null list
+      // and for an empty one alike): the same ranks then meet in a split, and the parent goes.
+      auto child = split(spec);
+      comm_->abort_async("shrunk excluding nobody (a split)");
+      return child;
+    }
     cuda::DeviceGuard device(device_);
-    // NCCL 2.28.3 refuses a null list even with a count of 0 (a shrink that excludes nobody):
-    // such a shrink points it at an unused int.
     std::vector<int> excluded = spec.excluded;
-    int nobody = -1;
-    int* excluded_list = excluded.empty() ? &nobody : excluded.data();
     ncclComm_t child = nullptr;
     ncclConfig_t config = cuda::nccl_config(spec.name);
     {
       std::unique_lock lock = lock_comm();
       fatal_on_error(lock, [&] {
-        check_nccl(nccl_shrink()(comm_->comm, excluded_list, static_cast<int>(excluded.size()),
+        check_nccl(nccl_shrink()(comm_->comm, excluded.data(), static_cast<int>(excluded.size()),
                                  &child, &config, NCCL_SHRINK_ABORT),
                    "ncclCommShrink", comm_->comm);
         // A non-blocking parent finishes the call asynchronously, as ncclCommSplit (split_nccl).
