@@ -20,35 +20,25 @@
 #include <string>
 #include <vector>
 
+#include "bench/mpi_timing.h"
 #include "mesh/meshrt.h"
 
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+using meshrt::bench::median;
+using meshrt::bench::time_per_op;
 
-// Seconds per op of `iters` calls of `op`, the slowest rank's, after a barrier.
-double time_per_op(int iters, const std::function<void()>& op) {
-  MPI_Barrier(MPI_COMM_WORLD);
-  const double start = now_s();
-  for (int i = 0; i < iters; ++i) op();
-  const double t = (now_s() - start) / iters;
-  double worst = 0;
-  MPI_Allreduce(&t, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return worst;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// One op at one size, both ways, on buffers of its own; `expected` gives element i of `out`.
+// One op at one size, both ways, on buffers of its own.
 struct Case {
   std::function<void()> raw;
   std::function<void()> mesh;
-  std::function<bool()> check;  // After one call of each: both outputs as expected.
+  // What one call of each leaves to check: both outputs, element-wise against want(i).
+  struct {
+    const float* raw = nullptr;
+    const float* mesh = nullptr;
+    size_t length = 0;
+  } outputs;
+  std::function<float(size_t)> want;
 };
 
 }  // namespace
@@ -78,14 +68,17 @@ int main(int argc, char** argv) {
       const size_t count = bytes / sizeof(float);
       const size_t block = count / static_cast<size_t>(n);
       if (block == 0) continue;
-      std::vector<float> ra(count), rb(count), ma(count), mb(count);
-      auto fill = [&] {
-        for (size_t i = 0; i < count; ++i) {
-          ra[i] = ma[i] = static_cast<float>(rank * 7 + static_cast<int>(i % 97));
-          rb[i] = mb[i] = -1;
-        }
+      // Rank r's input element i; what a sum over the ranks makes of element i.
+      auto value = [](int r, size_t i) {
+        return static_cast<float>(r * 7 + static_cast<int>(i % 97));
       };
-      fill();
+      auto summed = [&](size_t i) {
+        float sum = 0;
+        for (int r = 0; r < n; ++r) sum += value(r, i);
+        return sum;
+      };
+      std::vector<float> ra(count), rb(count, -1), ma(count), mb(count, -1);
+      for (size_t i = 0; i < count; ++i) ra[i] = ma[i] = value(rank, i);
       const int c = static_cast<int>(count), b = static_cast<int>(block);
       Case k;
       if (op == "all_reduce") {
@@ -93,15 +86,8 @@ int main(int argc, char** argv) {
           MPI_Allreduce(MPI_IN_PLACE, ra.data(), c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
         };
         k.mesh = [&] { world->all_reduce(meshrt::view(ma))->wait(); };
-        k.check = [&] {
-          for (size_t i = 0; i < count; ++i) {
-            float want = 0;
-            for (int r = 0; r < n; ++r)
-              want += static_cast<float>(r * 7 + static_cast<int>(i % 97));
-            if (ra[i] != want || ma[i] != want) return false;
-          }
-          return true;
-        };
+        k.outputs = {ra.data(), ma.data(), count};
+        k.want = summed;
       } else if (op == "all_gather") {
         k.raw = [&] {
           MPI_Allgather(ra.data(), b, MPI_FLOAT, rb.data(), b, MPI_FLOAT, MPI_COMM_WORLD);
@@ -110,14 +96,8 @@ int main(int argc, char** argv) {
           world->all_gather(meshrt::view(ma.data(), block), meshrt::view(mb.data(), block * n))
               ->wait();
         };
-        k.check = [&] {
-          for (size_t i = 0; i < block * static_cast<size_t>(n); ++i) {
-            const int r = static_cast<int>(i / block);
-            const float want = static_cast<float>(r * 7 + static_cast<int>((i % block) % 97));
-            if (rb[i] != want || mb[i] != want) return false;
-          }
-          return true;
-        };
+        k.outputs = {rb.data(), mb.data(), block * static_cast<size_t>(n)};
+        k.want = [&](size_t i) { return value(static_cast<int>(i / block), i % block); };
       } else if (op == "reduce_scatter") {
         k.raw = [&] {
           MPI_Reduce_scatter_block(ra.data(), rb.data(), b, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
@@ -126,26 +106,13 @@ int main(int argc, char** argv) {
           world->reduce_scatter(meshrt::view(ma.data(), block * n), meshrt::view(mb.data(), block))
               ->wait();
         };
-        k.check = [&] {
-          for (size_t i = 0; i < block; ++i) {
-            const size_t at = static_cast<size_t>(rank) * block + i;
-            float want = 0;
-            for (int r = 0; r < n; ++r)
-              want += static_cast<float>(r * 7 + static_cast<int>(at % 97));
-            if (rb[i] != want || mb[i] != want) return false;
-          }
-          return true;
-        };
+        k.outputs = {rb.data(), mb.data(), block};
+        k.want = [&](size_t i) { return summed(static_cast<size_t>(rank) * block + i); };
       } else if (op == "broadcast") {
         k.raw = [&] { MPI_Bcast(ra.data(), c, MPI_FLOAT, 0, MPI_COMM_WORLD); };
         k.mesh = [&] { world->broadcast(meshrt::view(ma), 0)->wait(); };
-        k.check = [&] {
-          for (size_t i = 0; i < count; ++i) {
-            const float want = static_cast<float>(static_cast<int>(i % 97));
-            if (ra[i] != want || ma[i] != want) return false;
-          }
-          return true;
-        };
+        k.outputs = {ra.data(), ma.data(), count};
+        k.want = [&](size_t i) { return value(0, i); };
       } else {
         k.raw = [&] {
           MPI_Sendrecv(ra.data(), c, MPI_FLOAT, next, 0, rb.data(), c, MPI_FLOAT, prev, 0,
@@ -154,17 +121,16 @@ int main(int argc, char** argv) {
         const meshrt::P2POp batch[] = {{meshrt::P2POp::Dir::kSend, meshrt::view(ma), next, 0},
                                        {meshrt::P2POp::Dir::kRecv, meshrt::view(mb), prev, 0}};
         k.mesh = [&] { world->batch_isend_irecv(batch)->wait(); };
-        k.check = [&] {
-          for (size_t i = 0; i < count; ++i) {
-            const float want = static_cast<float>(prev * 7 + static_cast<int>(i % 97));
-            if (rb[i] != want || mb[i] != want) return false;
-          }
-          return true;
-        };
+        k.outputs = {rb.data(), mb.data(), count};
+        k.want = [&](size_t i) { return value(prev, i); };
       }
       k.raw();
       k.mesh();
-      int bad = k.check() ? 0 : 1, any_bad = 0;
+      int bad = 0, any_bad = 0;
+      for (size_t i = 0; i < k.outputs.length; ++i) {
+        const float want = k.want(i);
+        bad |= k.outputs.raw[i] != want || k.outputs.mesh[i] != want;
+      }
       MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
       wrong += any_bad;
       // About 20 ms of work per timed call at the rate of a memcpy, at least 10 ops.

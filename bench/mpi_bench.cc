@@ -14,32 +14,11 @@
 #include <string>
 #include <vector>
 
+#include "bench/mpi_timing.h"
 #include "mesh/meshrt.h"
 
-namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// Seconds per op of `iters` calls of `op`, the slowest rank's, after a barrier.
-template <typename F>
-double time_per_op(int iters, F&& op) {
-  MPI_Barrier(MPI_COMM_WORLD);
-  const double start = now_s();
-  for (int i = 0; i < iters; ++i) op();
-  double t = (now_s() - start) / iters;
-  double worst = 0;
-  MPI_Allreduce(&t, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return worst;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-}  // namespace
+using meshrt::bench::median;
+using meshrt::bench::time_per_op;
 
 int main(int argc, char** argv) {
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 9;
