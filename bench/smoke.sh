@@ -42,6 +42,7 @@ gbench c_api_bench 'BM_AllReduce8B_'
 gbench flight_recorder_bench 'BM_RenderDump/0'
 gbench mesh_bench 'BM_CreateMesh4D|BM_SliceTwoDims'
 gbench straggler_bench 'BM_Analyze/ranks:8'
+gbench peer_memory_bench 'BM_Memcpy/262144|BM_ReadPeerMemory/262144'
 
 # collective_bench through compare.sh: meshrt and raw Gloo on 2 real processes over loopback, each
 # result checked element-wise by the bench ("check": "ok"). PyTorch too where it is installed.

@@ -290,6 +290,7 @@ int run_info() {
   try {
     info["gloo_shm_slot_bytes"] = gloo_shm_slot_bytes_from_env();
     gloo_one_shot_max_bytes_from_env();
+    gloo_single_copy_from_env();
   } catch (const std::exception& e) {
     errors.push_back(e.what());
   }

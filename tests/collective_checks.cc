@@ -506,8 +506,8 @@ std::vector<std::string> check_all_collectives(Communicator& comm) {
 
 // What shared-memory mailboxes make hard, on any backend: a message larger than a ring (1 MiB
 // and 20 bytes: pieces, the wrap, a tail under 16 bytes), both ways at once; messages of one tag
-// taken in posting order; and a receive that asks for a later message than the one that came
-// first (which waits aside meanwhile).
+// taken in posting order; a receive that asks for a later message than the one that came first
+// (which waits aside meanwhile), small and large.
 void check_p2p_matching(Checker& c, Communicator& comm, int partner) {
   const int r = comm.rank();
   auto value = [](int rank, size_t i) { return static_cast<int32_t>(rank * 1000 + i % 977); };
@@ -534,6 +534,23 @@ void check_p2p_matching(Checker& c, Communicator& comm, int partner) {
       }
       c.expect("later tag first", DType::kI32, big - 1, big_in[big - 1], value(partner, big - 1));
     }
+  }
+  // A large message that arrives before its receive is posted (Gloo passes it by reference: it
+  // is copied aside, out of the sender's buffer, so that the later one can pass).
+  std::fill(big_in.begin(), big_in.end(), -1);
+  std::vector<int32_t> after{r + 7}, after_in{-1};
+  if (r % 2 == 0) {
+    const std::vector<P2POp> ops{{P2POp::Dir::kSend, view(big_out), partner, 14},
+                                 {P2POp::Dir::kSend, view(after), partner, 15}};
+    c.run("large then small", [&] { return comm.batch_isend_irecv(ops); });
+  } else {
+    c.run("recv of the small one", [&] { return comm.recv(view(after_in), partner, 15); });
+    c.run("recv of the large one kept", [&] { return comm.recv(view(big_in), partner, 14); });
+    c.expect("small after large", DType::kI32, 0, after_in[0], partner + 7.0);
+    for (size_t i = 0; i < big; i += 4099) {
+      c.expect("large kept aside", DType::kI32, i, big_in[i], value(partner, i));
+    }
+    c.expect("large kept aside", DType::kI32, big - 1, big_in[big - 1], value(partner, big - 1));
   }
   std::fill(big_in.begin(), big_in.end(), -1);
   const std::vector<P2POp> both{{P2POp::Dir::kSend, view(big_out), partner, 13},

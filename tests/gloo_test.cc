@@ -30,6 +30,7 @@
 
 #include "runtime/backends/gloo/gloo_backend.h"
 #include "runtime/backends/gloo/gloo_signature.h"
+#include "runtime/backends/gloo/peer_memory.h"
 #include "runtime/error.h"
 #include "runtime/watchdog.h"
 #include "tests/process_harness.h"
@@ -406,29 +407,79 @@ TEST(Gloo, MailboxOpsEndOnAbortPeerExitAndTimeout) {
             std::string::npos)
       << timed_out[0].output;
 
-  const auto start = std::chrono::steady_clock::now();
-  auto died = run_ranks({MESHRT_GLOO_WORKER, "p2p_peer_dies"}, 3, std::chrono::seconds(30), env);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
-  EXPECT_EQ(died[2].exit_code, 9) << describe(died);
-  for (int r = 0; r < 2; ++r) {
-    EXPECT_EQ(died[r].exit_code, 3) << describe(died);
-    EXPECT_NE(died[r].output.find(fmt::format("[peer_failure] rank {}, comm 'world', {} #1", r,
-                                              r == 0 ? "recv" : "send")),
-              std::string::npos)
-        << died[r].output;
-    EXPECT_NE(died[r].output.find("gloo shared memory: rank 2 (pid "), std::string::npos)
-        << died[r].output;
+  // The 4 MiB send goes by reference, then through the ring.
+  for (const char* single_copy : {"always", "never"}) {
+    auto env_of_run = env;
+    env_of_run["MESHRT_GLOO_SINGLE_COPY"] = single_copy;
+    const auto start = std::chrono::steady_clock::now();
+    auto died =
+        run_ranks({MESHRT_GLOO_WORKER, "p2p_peer_dies"}, 3, std::chrono::seconds(30), env_of_run);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
+    EXPECT_EQ(died[2].exit_code, 9) << describe(died);
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(died[r].exit_code, 3) << describe(died);
+      EXPECT_NE(died[r].output.find(fmt::format("[peer_failure] rank {}, comm 'world', {} #1", r,
+                                                r == 0 ? "recv" : "send")),
+                std::string::npos)
+          << died[r].output;
+      EXPECT_NE(died[r].output.find("gloo shared memory: rank 2 (pid "), std::string::npos)
+          << died[r].output;
+    }
   }
+
+  // A send by reference that timed out is withdrawn: its receiver, come later, reads nothing.
+  auto env_of_withdrawn = env;
+  env_of_withdrawn["MESHRT_GLOO_SINGLE_COPY"] = "always";
+  auto withdrawn = run_ranks({MESHRT_GLOO_WORKER, "p2p_withdrawn"}, 2, std::chrono::seconds(30),
+                             env_of_withdrawn);
+  EXPECT_EQ(withdrawn[0].exit_code, 3) << describe(withdrawn);
+  EXPECT_EQ(withdrawn[1].exit_code, 4) << describe(withdrawn);
+  EXPECT_NE(withdrawn[1].output.find("gloo shared memory: rank 0's send of 4194304 bytes failed "
+                                     "before this rank read it"),
+            std::string::npos)
+      << withdrawn[1].output;
   EXPECT_EQ(leaked_segments(), std::vector<std::string>{});
 }
 
+// The single copy's permission check reads a real peer's cookie: this process's own, a cookie
+// that differs, and (as another user, whom the kernel refuses) the parent's.
+TEST(Gloo, PeerMemoryIsReadOnlyWhereTheKernelAllowsAndTheCookieMatches) {
+  const uint64_t address = reinterpret_cast<uint64_t>(&process_cookie());
+  EXPECT_TRUE(can_read_peer_memory(getpid(), address, process_cookie()));
+  EXPECT_FALSE(can_read_peer_memory(getpid(), address, process_cookie() + 1));
+  std::vector<char> from(3 << 20), to(from.size());
+  for (size_t i = 0; i < from.size(); ++i) from[i] = static_cast<char>(i * 7 + 1);
+  EXPECT_EQ(
+      read_peer_memory(getpid(), reinterpret_cast<uint64_t>(from.data()), to.data(), to.size()), 0);
+  EXPECT_EQ(from, to);
+  if (geteuid() != 0) GTEST_SKIP() << "the refusal needs root to become another user";
+  const pid_t parent = getpid();
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(2);
+    uint64_t seen = 0;
+    const int err = read_peer_memory(parent, address, &seen, sizeof(seen));
+    _exit(err == EPERM && !can_read_peer_memory(parent, address, process_cookie()) ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
 // Thousands of checked ring exchanges through the mailboxes, in rings of the default size and of
-// 1 KiB (slot 64: every large message wraps many times), at 2 and 3 ranks.
+// 1 KiB (slot 64: every large message wraps many times), and every message by reference, at 2 and
+// 3 ranks.
 TEST(Gloo, MailboxStressEveryMessageArrivesWhole) {
-  for (const char* slot : {"", "64"}) {
+  // "1": every message by reference (a single copy from the sender's memory).
+  for (const char* slot : {"", "64", "1"}) {
     for (int n : {2, 3}) {
       std::map<std::string, std::string> env{{"MESHRT_TIMEOUT_MS", "30000"}};
-      if (*slot != '\0') env["MESHRT_GLOO_SHM_SLOT_BYTES"] = slot;
+      if (std::string(slot) == "1") {
+        env["MESHRT_GLOO_SINGLE_COPY"] = "always";
+      } else if (*slot != '\0') {
+        env["MESHRT_GLOO_SHM_SLOT_BYTES"] = slot;
+      }
       const auto results =
           run_ranks({MESHRT_GLOO_WORKER, "p2p_stress"}, n, std::chrono::seconds(120), env);
       for (const auto& r : results) {
@@ -447,10 +498,11 @@ TEST(Gloo, MailboxStressEveryMessageArrivesWhole) {
 class GlooSizeMismatch : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GlooSizeMismatch, FailsTheRanksThatCanTellAndKillsNobody) {
-  const bool shm = GetParam().empty();
+  const bool shm = GetParam() != "0";
   std::map<std::string, std::string> env{{"MESHRT_TIMEOUT_MS", "20000"},
                                          {"MESHRT_ON_TIMEOUT", "throw"}};
   if (!shm) env["MESHRT_GLOO_SHM_SLOT_BYTES"] = GetParam();
+  if (GetParam() == "single_copy") env["MESHRT_GLOO_SINGLE_COPY"] = "always";
   const auto results =
       run_ranks({MESHRT_GLOO_WORKER, "size_mismatch"}, 2, std::chrono::seconds(60), env);
   ASSERT_EQ(results[0].exit_code, 0) << describe(results);
@@ -469,7 +521,9 @@ TEST_P(GlooSizeMismatch, FailsTheRanksThatCanTellAndKillsNobody) {
       << results[1].output;
 }
 
-INSTANTIATE_TEST_SUITE_P(ShmAndTcp, GlooSizeMismatch, ::testing::Values("", "0"));
+// "": shared memory (the p2p messages through the ring); "single_copy": every p2p message by
+// reference; "0": TCP.
+INSTANTIATE_TEST_SUITE_P(ShmAndTcp, GlooSizeMismatch, ::testing::Values("", "single_copy", "0"));
 
 // A timeout in a sub-communicator names the missing peer by its global rank, as the user knows it,
 // and its rank in the group.

@@ -196,13 +196,35 @@ int main(int argc, char** argv) {
       std::printf("p2p_stress wrong=%d\n", wrong);
       return wrong == 0 ? 0 : 1;
     }
+    if (scenario == "p2p_withdrawn") {
+      // Rank 0 sends 4 MiB (by reference: MESHRT_GLOO_SINGLE_COPY=always) with a 500 ms timeout;
+      // rank 1 receives it only after 1.5 s. Rank 0 times out (exit 3), and its failed send must
+      // not be read afterwards: rank 1 fails with kPeerFailure (exit 4), not with the bytes of a
+      // buffer its owner got back.
+      std::vector<float> large(1 << 20, 1.0f);
+      try {
+        if (world->rank() == 0) {
+          world->send(meshrt::view(large), 1, 0, {std::chrono::milliseconds(500)})->wait();
+        } else {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+          world->recv(meshrt::view(large), 0, 0, {std::chrono::milliseconds(5000)})->wait();
+        }
+        std::fprintf(stderr, "FAIL rank %d: the p2p op completed\n", world->rank());
+        return 1;
+      } catch (const meshrt::Error& e) {
+        std::printf("failed: %s\n", e.what());
+        if (world->rank() == 0) return e.code() == meshrt::ErrorCode::kTimeout ? 3 : 1;
+        return e.code() == meshrt::ErrorCode::kPeerFailure ? 4 : 1;
+      }
+    }
     if (scenario.starts_with("p2p_")) {
       // How a send or recv through the shared-memory mailboxes ends when its peer does not
       // come: "p2p_abort", rank 0's recv from rank 1 (alive, silent) is aborted by another thread
       // after 200 ms: kAborted at once (exit 0); "p2p_timeout", the same recv with a 1 s timeout:
       // kTimeout naming the recv (exit 3); "p2p_peer_dies" (3 ranks), rank 2 exits while rank 0
-      // waits to receive from it and rank 1 sends it 4 MiB, more than a ring holds: both fail with
-      // kPeerFailure (exit 3) well before their 20 s timeout.
+      // waits to receive from it and rank 1 sends it 4 MiB (by reference; through the ring, more
+      // than it holds, with MESHRT_GLOO_SINGLE_COPY=never): both fail with kPeerFailure
+      // (exit 3) well before their 20 s timeout.
       const int rank = world->rank();
       std::vector<float> small(8, 1.0f), large(1 << 20, 1.0f);
       if (scenario == "p2p_peer_dies") {

@@ -108,6 +108,7 @@ const std::vector<std::string_view>& known_variables() {
       "MESHRT_GLOO_IFNAME",
       "MESHRT_GLOO_ONESHOT_MAX_BYTES",
       "MESHRT_GLOO_SHM_SLOT_BYTES",
+      "MESHRT_GLOO_SINGLE_COPY",
       "MESHRT_GLOO_STRIPE_MIN_BYTES",
       "MESHRT_HEARTBEAT_TIMEOUT_MS",
       "MESHRT_INIT_TIMEOUT_MS",

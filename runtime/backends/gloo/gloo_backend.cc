@@ -179,21 +179,19 @@ class GlooBackend : public Backend {
  public:
   GlooBackend(std::shared_ptr<Store> store, const std::string& store_key,
               std::shared_ptr<gloo::transport::Device> device,
-              std::shared_ptr<gloo::Context> context, size_t one_shot_max_bytes,
-              size_t shm_slot_bytes, size_t stripe_min_bytes, AlgorithmOverrides overrides,
-              std::chrono::milliseconds timeout)
+              std::shared_ptr<gloo::Context> context, const GlooTuning& tuning,
+              AlgorithmOverrides overrides, std::chrono::milliseconds timeout)
       : store_(std::move(store)),
         comm_store_(std::make_shared<PrefixStore>(store_key, store_)),
         device_(std::move(device)),
         context_(std::move(context)),
-        shm_slot_bytes_(shm_slot_bytes),
-        stripe_min_bytes_(stripe_min_bytes),
+        tuning_(tuning),
         overrides_(overrides),
-        shm_(make_shm_group(context_, store_key, shm_slot_bytes, timeout)),
-        mailboxes_(shm_ ? std::make_unique<ShmMailboxes>(*shm_) : nullptr),
-        hierarchy_(shm_ ? nullptr : make_hierarchy(store_key, shm_slot_bytes, timeout)),
+        shm_(make_shm_group(context_, store_key, tuning.shm_slot_bytes, timeout)),
+        mailboxes_(shm_ ? std::make_unique<ShmMailboxes>(*shm_, tuning.single_copy) : nullptr),
+        hierarchy_(shm_ ? nullptr : make_hierarchy(store_key, tuning.shm_slot_bytes, timeout)),
         pairs_(context_),
-        shape_{context_->size, shm_ ? shm_->slot_bytes() : 0, one_shot_max_bytes,
+        shape_{context_->size, shm_ ? shm_->slot_bytes() : 0, tuning.one_shot_max_bytes,
                hierarchy_ != nullptr} {}
 
   std::string_view name() const override { return "gloo"; }
@@ -238,8 +236,7 @@ class GlooBackend : public Backend {
       auto context = connect(store_, spec.store_key, spec.rank,
                              static_cast<int>(spec.parent_ranks.size()), device_, spec.timeout);
       return std::make_unique<GlooBackend>(store_, spec.store_key, device_, std::move(context),
-                                           shape_.recursive_doubling_max_bytes, shm_slot_bytes_,
-                                           stripe_min_bytes_, overrides_, spec.timeout);
+                                           tuning_, overrides_, spec.timeout);
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {
@@ -327,8 +324,8 @@ class GlooBackend : public Backend {
     auto connect_group = [&](const std::string& key, int rank, int size) {
       return connect(store_, key, rank, size, device_, timeout);
     };
-    return GlooHierarchy::create(context_, store_key, connect_group, slot_bytes, stripe_min_bytes_,
-                                 timeout);
+    return GlooHierarchy::create(context_, store_key, connect_group, slot_bytes,
+                                 tuning_.stripe_min_bytes, timeout);
   }
 
   // The op by Gloo's own algorithms (and meshrt's p2p over Gloo's pairs).
@@ -569,8 +566,7 @@ class GlooBackend : public Backend {
   std::shared_ptr<Store> comm_store_;  // store_ under this communicator's key.
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> context_;
-  const size_t shm_slot_bytes_;         // GlooConfig::shm_slot_bytes.
-  const size_t stripe_min_bytes_;       // GlooConfig::stripe_min_bytes.
+  const GlooTuning tuning_;             // GlooConfig::tuning, inherited by splits.
   const AlgorithmOverrides overrides_;  // MESHRT_ALGO, read by the world's creation; inherited.
   std::unique_ptr<ShmGroup> shm_;       // Null when the ranks cannot share memory.
   std::unique_ptr<ShmMailboxes> mailboxes_;  // Over shm_'s rings; null with it.
@@ -606,6 +602,18 @@ size_t gloo_stripe_min_bytes_from_env() {
   return bytes_from_env("MESHRT_GLOO_STRIPE_MIN_BYTES", kStripeMinBytes);
 }
 
+SingleCopy gloo_single_copy_from_env() {
+  try {
+    const auto mode =
+        trace::env::get_choice({"MESHRT_GLOO_SINGLE_COPY"}, {"auto", "always", "never"});
+    if (mode == "always") return SingleCopy::kAlways;
+    if (mode == "never") return SingleCopy::kNever;
+    return SingleCopy::kAuto;
+  } catch (const trace::env::EnvError& e) {
+    throw Error(ErrorCode::kInvalidArgument, {}, e.what());
+  }
+}
+
 size_t gloo_shm_slot_bytes_from_env() {
   // At most 64 MiB: the segment holds 2 x ranks slots, reserved in /dev/shm up front.
   return bytes_from_env("MESHRT_GLOO_SHM_SLOT_BYTES", size_t{256} << 10, int64_t{64} << 20);
@@ -623,8 +631,7 @@ std::unique_ptr<Backend> make_gloo_backend(const GlooConfig& config) {
     auto context =
         connect(config.store, config.store_key, config.rank, config.size, device, config.timeout);
     return std::make_unique<GlooBackend>(config.store, config.store_key, std::move(device),
-                                         std::move(context), config.one_shot_max_bytes,
-                                         config.shm_slot_bytes, config.stripe_min_bytes, overrides,
+                                         std::move(context), config.tuning, overrides,
                                          config.timeout);
   } catch (const Error&) {
     throw;

@@ -28,6 +28,7 @@
 #include <utility>
 
 #include "runtime/backends/gloo/gloo_setup.h"
+#include "runtime/backends/gloo/peer_memory.h"
 #include "runtime/collectives/futex.h"
 #include "trace/env.h"
 #include "trace/logging.h"
@@ -193,12 +194,15 @@ struct alignas(kCacheLine) ShmGroup::Control {
   std::atomic<uint32_t> left;          // 1 once the rank left after an op failed (leave()).
   std::atomic<uint32_t> doorbell;      // Futex word: bumped by a peer that wrote or read mail.
   std::atomic<uint32_t> mail_waiters;  // 1 while the rank sleeps (or goes to) on `doorbell`.
+  uint64_t cookie_address;             // Where the rank's process_cookie() lies, in its memory,
+  uint64_t cookie;                     // and its value.
 };
 
 // A ring's counters, each on a cache line of its own: one is the sender's, one the receiver's.
 struct RingCounters {
   alignas(kCacheLine) std::atomic<uint64_t> written;
   alignas(kCacheLine) std::atomic<uint64_t> read;
+  std::atomic<uint32_t> single_copy;  // Ring::single_copy.
 };
 
 struct alignas(kCacheLine) ShmGroup::SlotHeader {
@@ -262,6 +266,13 @@ std::unique_ptr<ShmGroup> ShmGroup::create(const std::shared_ptr<gloo::Context>&
   }
   const size_t bytes = segment_bytes(n, slot_bytes, ring_bytes);
 
+  // Who maps the segment: its pid (liveness), and where a peer that may read its memory finds the
+  // cookie that shows it (single-copy messages).
+  auto publish_identity = [](Control& c) {
+    c.pid = getpid();
+    c.cookie_address = reinterpret_cast<uint64_t>(&process_cookie());
+    c.cookie = process_cookie();
+  };
   std::array<char, kNameBytes> name{};
   Mapping mapping;
   std::string why;
@@ -282,7 +293,7 @@ std::unique_ptr<ShmGroup> ShmGroup::create(const std::shared_ptr<gloo::Context>&
     if (why.empty()) {
       unlink_on_exit.name = s;
       std::memcpy(name.data(), s.data(), s.size());
-      static_cast<Control*>(mapping.base)[0].pid = getpid();
+      publish_identity(static_cast<Control*>(mapping.base)[0]);
     }
   }
   gloo::BroadcastOptions b(context);
@@ -295,7 +306,7 @@ std::unique_ptr<ShmGroup> ShmGroup::create(const std::shared_ptr<gloo::Context>&
   const std::string segment(name.data());
   if (rank != 0) {
     why = map_segment(segment, false, bytes, mapping);
-    if (why.empty()) static_cast<Control*>(mapping.base)[rank].pid = getpid();
+    if (why.empty()) publish_identity(static_cast<Control*>(mapping.base)[rank]);
   }
   // The name goes (unlink_on_exit) once every rank has mapped it or failed to.
   const auto mapped =
@@ -465,6 +476,11 @@ void ShmGroup::wait_for(int q, uint32_t e, Clock::time_point deadline) {
   }
 }
 
+bool ShmGroup::can_read_memory_of(int q) const {
+  const Control& c = control(q);
+  return can_read_peer_memory(peer_pids_[q], c.cookie_address, c.cookie);
+}
+
 bool ShmGroup::peer_exited(int q) const {
   if (peer_pidfds_[q] >= 0) {
     pollfd p{peer_pidfds_[q], POLLIN, 0};
@@ -506,7 +522,8 @@ ShmGroup::Ring ShmGroup::ring(int from, int to) const {
   char* rings = static_cast<char*>(base_) + sizeof(Control) * n + 2 * slot_stride_ * n;
   char* at = rings + index * ring_stride(ring_bytes_);
   auto* counters = reinterpret_cast<RingCounters*>(at);
-  return Ring{&counters->written, &counters->read, at + sizeof(RingCounters)};
+  return Ring{&counters->written, &counters->read, &counters->single_copy,
+              at + sizeof(RingCounters)};
 }
 
 void ShmGroup::ring_doorbell(int q) {

@@ -78,6 +78,10 @@ class ShmGroup : public SlotExchange {
   struct Ring {
     std::atomic<uint64_t>* written = nullptr;
     std::atomic<uint64_t>* read = nullptr;
+    // Set by the receiver, beside `read`: 1 once it has shown that it can read the sender's
+    // memory (peer_memory.h), so that large messages may go by reference; 2 when it cannot; 0
+    // before it tried.
+    std::atomic<uint32_t>* single_copy = nullptr;
     char* data = nullptr;
   };
   // The ring from rank `from` to rank `to` (from != to).
@@ -95,6 +99,10 @@ class ShmGroup : public SlotExchange {
                      const std::function<bool()>& busy);
   // Throws Error(kAborted) after abort(), Error(kPeerFailure) when rank q exited or left.
   void check_peer(int q) const { throw_if_aborted_or_exited(q); }
+  // Rank q's process id.
+  int pid(int q) const { return peer_pids_[q]; }
+  // Whether this process can read rank q's memory with read_peer_memory() (peer_memory.h).
+  bool can_read_memory_of(int q) const;
   // How long a waiter spins before it sleeps (0: never), and its record of how spins went.
   std::chrono::nanoseconds spin() const { return spin_; }
   SpinBackoff& backoff() { return backoff_; }

@@ -4,8 +4,11 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
+#include <thread>
 
+#include "runtime/backends/gloo/peer_memory.h"
 #include "runtime/collectives/futex.h"
 #include "runtime/error.h"
 
@@ -21,7 +24,7 @@ using Clock = std::chrono::steady_clock;
 struct Header {
   uint64_t bytes;
   int64_t tag;
-  uint64_t unused;
+  uint64_t by_reference;  // 1: a Reference follows in place of the payload.
   std::atomic<uint64_t> stamp;
 };
 constexpr uint64_t kHeader = sizeof(Header);
@@ -32,6 +35,10 @@ constexpr uint64_t kMagic = 0x4d41494c424f5853;  // "MAILBOXS"
 // differs (a header's stamp names its own position; a payload's 8 bytes there would have to
 // equal this one), as do the zeros of a ring never written.
 uint64_t stamp_at(uint64_t at) { return kMagic ^ at; }
+
+// A message passed by reference: its Reference's state, moved on by the receiver (or withdrawn by
+// the sender).
+enum RefState : uint64_t { kPosted = 1, kCopying, kCopied, kFailed, kWithdrawn };
 
 uint64_t padded(uint64_t bytes) { return (bytes + kHeader - 1) & ~(kHeader - 1); }
 
@@ -61,56 +68,115 @@ bool receives_from(const P2POp& op, int peer) {
 
 }  // namespace
 
-ShmMailboxes::ShmMailboxes(ShmGroup& group)
-    : group_(group), capacity_(group.ring_bytes()), peers_(static_cast<size_t>(group.size())) {
+// What follows the header of a message passed by reference: where the receiver reads the payload
+// in the sender's memory, and the handshake that tells the sender when its buffer is free again.
+struct ShmMailboxes::Reference {
+  uint64_t address;
+  std::atomic<uint64_t> state;  // RefState.
+  uint64_t unused[2];
+};
+
+ShmMailboxes::ShmMailboxes(ShmGroup& group, SingleCopy single_copy)
+    : group_(group),
+      capacity_(group.ring_bytes()),
+      single_copy_(single_copy),
+      peers_(static_cast<size_t>(group.size())) {
   for (int q = 0; q < group.size(); ++q) {
     if (q == group.rank()) continue;
-    peers_[static_cast<size_t>(q)].out = group.ring(group.rank(), q);
-    peers_[static_cast<size_t>(q)].in = group.ring(q, group.rank());
+    Peer& peer = peers_[static_cast<size_t>(q)];
+    peer.out = group.ring(group.rank(), q);
+    peer.in = group.ring(q, group.rank());
+    // Tells the sender whether its messages may come by reference (whatever this rank's own
+    // SingleCopy: each sender decides by its own).
+    peer.in.single_copy->store(group.can_read_memory_of(q) ? 1 : 2);
   }
+}
+
+bool ShmMailboxes::by_reference(Peer& peer, uint64_t bytes) {
+  switch (single_copy_) {
+    case SingleCopy::kNever:
+      return false;
+    case SingleCopy::kAlways:
+      break;
+    case SingleCopy::kAuto:
+      // Ranks that run at once stream large messages faster through the ring, each copying at
+      // the same time (docs/performance.md): the kernel's copy runs at a fraction of memcpy's.
+      if (bytes < kSingleCopyMinBytes || group_.spin().count() > 0) return false;
+      break;
+  }
+  // 0 until the receiver has tried: such messages stream through the ring meanwhile.
+  if (peer.single_copy == 0) peer.single_copy = peer.out.single_copy->load();
+  return peer.single_copy == 1;
 }
 
 void ShmMailboxes::run(std::span<const P2POp> ops, Clock::time_point deadline) {
   states_.assign(ops.size(), State{});
   mismatch_.clear();
-  std::vector<int>& involved = involved_;
-  involved.clear();
-  for (const P2POp& op : ops) involved.push_back(op.peer);
-  std::sort(involved.begin(), involved.end());
-  involved.erase(std::unique(involved.begin(), involved.end()), involved.end());
-  auto all_done = [&] {
-    return std::all_of(states_.begin(), states_.end(), [](const State& s) { return s.done; });
-  };
-  auto moves = [&] {
-    bool moved = false;
-    for (const int q : involved) {
-      moved |= progress_sends(ops, q);
-      moved |= progress_receives(ops, q);
-    }
-    return moved;
-  };
-  while (!all_done()) {
-    if (moves()) continue;
+  involved_.clear();
+  for (const P2POp& op : ops) involved_.push_back(op.peer);
+  std::sort(involved_.begin(), involved_.end());
+  involved_.erase(std::unique(involved_.begin(), involved_.end()), involved_.end());
+  try {
+    progress_until_done(ops, deadline);
+  } catch (...) {
+    withdraw_references(ops);
+    throw;
+  }
+  if (!mismatch_.empty()) throw Error(ErrorCode::kInvalidArgument, {}, mismatch_);
+}
+
+bool ShmMailboxes::move_any(std::span<const P2POp> ops) {
+  bool moved = false;
+  for (const int q : involved_) {
+    moved |= progress_sends(ops, q);
+    moved |= progress_receives(ops, q);
+  }
+  return moved;
+}
+
+void ShmMailboxes::progress_until_done(std::span<const P2POp> ops, Clock::time_point deadline) {
+  while (!std::all_of(states_.begin(), states_.end(), [](const State& s) { return s.done; })) {
+    if (move_any(ops)) continue;
     // Nothing could move: spin while the peers are likely awake, then sleep on the doorbell.
     if (group_.spin().count() > 0 && group_.backoff().may_spin()) {
       const auto spin_end = Clock::now() + group_.spin();
       bool hit = false;
       for (uint32_t i = 1; !hit; ++i) {
         cpu_relax();
-        hit = moves();
+        hit = move_any(ops);
         if (i % 16 == 0 && Clock::now() >= spin_end) break;
       }
       group_.backoff().record(hit);
       if (hit) continue;
     }
     bool moved = false;
-    group_.wait_for_mail(deadline, [&] { return moved = moves(); });
+    group_.wait_for_mail(deadline, [&] { return moved = move_any(ops); });
     if (moved) continue;
     // A peer that exited may have left its messages in the rings: those were read above first.
-    for (const int q : involved) group_.check_peer(q);
+    for (const int q : involved_) group_.check_peer(q);
     if (Clock::now() >= deadline) fail_timeout(ops);
   }
-  if (!mismatch_.empty()) throw Error(ErrorCode::kInvalidArgument, {}, mismatch_);
+}
+
+void ShmMailboxes::withdraw_references(std::span<const P2POp> ops) noexcept {
+  for (size_t i = 0; i < ops.size(); ++i) {
+    Reference* ref = states_[i].reference;
+    if (ref == nullptr) continue;
+    states_[i].reference = nullptr;
+    uint64_t state = kPosted;
+    if (ref->state.compare_exchange_strong(state, kWithdrawn) || state != kCopying) continue;
+    // The receiver is copying from the buffer that the caller gets back with this failure: let
+    // it finish (one system call), unless it dies meanwhile; bounded, should it be stopped.
+    const auto until = Clock::now() + std::chrono::seconds(1);
+    while (ref->state.load() == kCopying && Clock::now() < until) {
+      try {
+        group_.check_peer(ops[i].peer);
+      } catch (const Error&) {
+        break;
+      }
+      std::this_thread::yield();
+    }
+  }
 }
 
 bool ShmMailboxes::progress_sends(std::span<const P2POp> ops, int q) {
@@ -123,6 +189,24 @@ bool ShmMailboxes::progress_sends(std::span<const P2POp> ops, int q) {
     State& s = states_[i];
     if (!sends_to(op, q) || s.done) continue;
     const uint64_t bytes = op.buffer.bytes();
+    if (s.moved == 0 && by_reference(peer, bytes)) {
+      if (!post_reference(op, q, s)) break;
+      moved = true;
+    }
+    if (s.reference != nullptr) {
+      const uint64_t state = s.reference->state.load();
+      if (state == kPosted || state == kCopying) break;  // Messages to one peer go in order.
+      s.reference = nullptr;
+      if (state == kFailed) {
+        throw Error(ErrorCode::kBackend, {},
+                    fmt::format("gloo shared memory: {} could not read this rank's message of {} "
+                                "bytes (tag {}) from its memory",
+                                group_.peer(q), bytes, op.tag));
+      }
+      s.done = true;
+      moved = true;
+      continue;
+    }
     const uint64_t total = kHeader + padded(bytes);
     while (s.moved < total) {
       // A header goes with the whole first piece (the receiver counts on it), later pieces
@@ -147,6 +231,7 @@ bool ShmMailboxes::progress_sends(std::span<const P2POp> ops, int q) {
         auto* h = reinterpret_cast<Header*>(ring.data + (at & (capacity - 1)));
         h->bytes = bytes;
         h->tag = op.tag;
+        h->by_reference = 0;
         h->stamp.store(stamp_at(at));  // seq_cst: before the load of the doorbell's flag.
       }
       const uint64_t n = (s.moved == 0 ? kHeader : 0) + more;
@@ -162,6 +247,57 @@ bool ShmMailboxes::progress_sends(std::span<const P2POp> ops, int q) {
     s.done = true;
   }
   return moved;
+}
+
+bool ShmMailboxes::post_reference(const P2POp& op, int q, State& s) {
+  static_assert(sizeof(Reference) == kHeader);  // Positions stay multiples of a header.
+  Peer& peer = peers_[static_cast<size_t>(q)];
+  const ShmGroup::Ring& ring = peer.out;
+  if (capacity_ - (peer.written - peer.read_seen) < 2 * kHeader) {
+    peer.read_seen = ring.read->load();
+    if (capacity_ - (peer.written - peer.read_seen) < 2 * kHeader) return false;
+  }
+  const uint64_t at = peer.written;
+  auto* ref = reinterpret_cast<Reference*>(ring.data + ((at + kHeader) & (capacity_ - 1)));
+  ref->address = reinterpret_cast<uint64_t>(op.buffer.data);
+  ref->state.store(kPosted, std::memory_order_relaxed);  // Published by the stamp below.
+  auto* h = reinterpret_cast<Header*>(ring.data + (at & (capacity_ - 1)));
+  h->bytes = op.buffer.bytes();
+  h->tag = op.tag;
+  h->by_reference = 1;
+  h->stamp.store(stamp_at(at));
+  peer.written += 2 * kHeader;
+  s.moved = 2 * kHeader;
+  s.reference = ref;
+  ring.written->store(peer.written);
+  group_.ring_doorbell(q);
+  return true;
+}
+
+void ShmMailboxes::copy_by_reference(int q, Reference& ref, char* to, uint64_t bytes) {
+  uint64_t state = kPosted;
+  if (!ref.state.compare_exchange_strong(state, kCopying)) {
+    throw Error(ErrorCode::kPeerFailure, {},
+                fmt::format("gloo shared memory: {}'s send of {} bytes failed before this rank "
+                            "read it",
+                            group_.peer(q), bytes));
+  }
+  const int err = to == nullptr ? 0 : read_peer_memory(group_.pid(q), ref.address, to, bytes);
+  // seq_cst: before ring_doorbell()'s load of the sender's sleeper flag.
+  ref.state.store(err == 0 ? kCopied : kFailed);
+  group_.ring_doorbell(q);
+  if (err == ESRCH) {
+    throw Error(ErrorCode::kPeerFailure, {},
+                fmt::format("gloo shared memory: {} exited while this rank read its message of "
+                            "{} bytes",
+                            group_.peer(q), bytes));
+  }
+  if (err != 0) {
+    throw Error(ErrorCode::kBackend, {},
+                fmt::format("gloo shared memory: reading {}'s message of {} bytes from its "
+                            "memory failed: {}",
+                            group_.peer(q), bytes, std::strerror(err)));
+  }
 }
 
 bool ShmMailboxes::progress_receives(std::span<const P2POp> ops, int q) {
@@ -230,15 +366,25 @@ bool ShmMailboxes::progress_receives(std::span<const P2POp> ops, int q) {
         const BufferView& to = ops[static_cast<size_t>(r.op)].buffer;
         if (to.bytes() == h.bytes) {
           r.to = static_cast<char*>(to.data);
-        } else {
+        } else if (h.by_reference == 0) {
           drain_.resize(h.bytes);
           r.to = drain_.data();
-        }
+        }  // A mismatched message passed by reference is not read at all.
       } else {
         Unexpected& u = peer.unexpected.emplace_back();
         u.tag = h.tag;
         u.data.resize(h.bytes);
         r.to = u.data.data();
+      }
+      if (h.by_reference != 0) {
+        // One copy, straight from the sender's buffer; the ring held only where it lies.
+        auto& ref = *reinterpret_cast<Reference*>(ring.data + (peer.read & (capacity - 1)));
+        copy_by_reference(q, ref, r.to, r.bytes);
+        peer.read += kHeader;
+        free_read();
+        r.active = false;
+        finish_reading(ops, peer);
+        continue;
       }
     }
     // The first piece came with the header; later ones are counted by the sender's counter.
@@ -259,13 +405,18 @@ bool ShmMailboxes::progress_receives(std::span<const P2POp> ops, int q) {
       break;
     }
     r.active = false;
-    if (r.op >= 0) {
-      complete_receive(ops[static_cast<size_t>(r.op)], states_[static_cast<size_t>(r.op)], r.bytes);
-    } else {
-      peer.unexpected.back().complete = true;
-    }
+    finish_reading(ops, peer);
   }
   return moved;
+}
+
+void ShmMailboxes::finish_reading(std::span<const P2POp> ops, Peer& peer) {
+  const Reading& r = peer.reading;
+  if (r.op >= 0) {
+    complete_receive(ops[static_cast<size_t>(r.op)], states_[static_cast<size_t>(r.op)], r.bytes);
+  } else {
+    peer.unexpected.back().complete = true;
+  }
 }
 
 void ShmMailboxes::complete_receive(const P2POp& op, State& state, uint64_t bytes) {
