@@ -467,6 +467,35 @@ TEST_F(AnalyzerTest, LiveVerdictNamesARankThatDidNotAnswer) {
       << v;
 }
 
+// The verdict shows where a root culprit's main thread was when it dumped, and says so when that
+// thread did not answer the stack request (a dump written before then has no "answered").
+TEST_F(AnalyzerTest, TheCulpritsMainThreadIsShownOrSaidNotToHaveAnswered) {
+  for (const bool answered : {true, false}) {
+    FrJob job = world_job(2);
+    job.collective("world", "all_reduce", 8);
+    job.call(0, "world", "all_reduce", 8, "started");
+    job.write(dir_, "fr_", {0, 1});
+    auto dump = nlohmann::json::parse(read_text(dir_ / "fr_1"));
+    nlohmann::json frames = nlohmann::json::array();
+    if (answered) {
+      frames.push_back({{"function", "train_step"}, {"file", "/src/train.cc"}, {"line", 42}});
+      frames.push_back({{"function", "main"}, {"file", "/src/train.cc"}, {"line", 90}});
+    }
+    dump[std::string(trace::dump_format::kMeshrtThreads)] = {
+        {{"tid", 7}, {"main", false}, {"frames", frames}},
+        {{"tid", 1}, {"main", true}, {"frames", frames}}};
+    if (!answered) dump[std::string(trace::dump_format::kMeshrtThreads)][1]["answered"] = false;
+    write_text(dir_ / "fr_1", dump.dump());
+    const std::string text = describe(analyze());
+    EXPECT_NE(text.find(answered ? "rank 1 main thread: train_step (train.cc:42) <- main "
+                                   "(train.cc:90)\n"
+                                 : "rank 1 main thread: (no stack: the thread did not answer in "
+                                   "time)\n"),
+              std::string::npos)
+        << text;
+  }
+}
+
 // Rank 0 was killed inside dp all_reduce #3: the verdict names the op it died in, as its peer's
 // own error does ("all_reduce #3: rank 0 exited"), not only that it left no dump.
 TEST_F(AnalyzerTest, AKilledRankIsNamedWithTheOpItDiedIn) {

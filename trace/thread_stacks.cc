@@ -25,22 +25,38 @@ namespace {
 
 constexpr int kMaxDepth = 64;
 
-// Where the asked thread leaves its return addresses; one capture at a time (capture_mu).
+// Where an asked thread leaves its return addresses. Every thread of a capture is asked at once
+// (up to kSlots at a time), so a busy machine costs one wait, not one per thread, and the main
+// thread gets the whole budget. A slot's key is (capture << 32 | tid): a late answer to an earlier
+// capture finds its key gone and writes nothing.
 struct Slot {
-  std::atomic<int> target{0};  // The tid asked; others ignore a stray signal.
-  std::atomic<int> depth{-1};  // -1 until the target answered.
+  static constexpr uint64_t kClaimed = uint64_t{1} << 63;  // The thread is writing `pcs`.
+  std::atomic<uint64_t> key{0};
+  std::atomic<int> depth{-1};  // Set after `pcs`, once the claimed thread has written them.
+  bool retired = false;        // Claimed but never finished (the thread stopped mid-copy).
   std::array<void*, kMaxDepth> pcs{};
 };
-Slot slot;
+constexpr int kSlots = 64;
+std::array<Slot, kSlots> slots;
+uint32_t capture_number = 0;  // Under capture_mu.
 std::mutex capture_mu;
 
 int this_tid() { return static_cast<int>(::syscall(SYS_gettid)); }
 
 void on_stack_signal(int) {
   const int saved_errno = errno;
-  if (slot.target.load(std::memory_order_acquire) == this_tid()) {
-    // glibc's backtrace() allocates only on its first call, made in install() beforehand.
-    slot.depth.store(::backtrace(slot.pcs.data(), kMaxDepth), std::memory_order_release);
+  const auto tid = static_cast<uint32_t>(this_tid());
+  for (Slot& slot : slots) {
+    uint64_t key = slot.key.load(std::memory_order_acquire);
+    if (key == 0 || static_cast<uint32_t>(key) != tid || (key & Slot::kClaimed) != 0) continue;
+    // glibc's backtrace() allocates only on its first call, made in stack_signal() beforehand.
+    std::array<void*, kMaxDepth> pcs;
+    const int depth = ::backtrace(pcs.data(), kMaxDepth);
+    if (slot.key.compare_exchange_strong(key, key | Slot::kClaimed, std::memory_order_acq_rel)) {
+      slot.pcs = pcs;
+      slot.depth.store(depth, std::memory_order_release);
+    }
+    break;
   }
   errno = saved_errno;
 }
@@ -130,38 +146,68 @@ std::string thread_name(int tid) {
 
 }  // namespace
 
-std::vector<ThreadStack> capture_thread_stacks(std::chrono::milliseconds per_thread) {
+std::vector<ThreadStack> capture_thread_stacks(std::chrono::milliseconds budget) {
   std::vector<ThreadStack> stacks;
   try {
     std::lock_guard lock(capture_mu);
+    const uint64_t capture = uint64_t{++capture_number & 0x7fffffffu} << 32;
     const int self = this_tid();
     const int pid = static_cast<int>(::getpid());
     const int sig = stack_signal();
-    for (const int tid : thread_ids()) {
-      ThreadStack t;
-      t.tid = tid;
-      t.name = thread_name(tid);
-      t.main = tid == pid;
-      std::array<void*, kMaxDepth> pcs{};
-      int depth = -1;
-      if (tid == self) {
-        depth = ::backtrace(pcs.data(), kMaxDepth);
-      } else if (sig != 0) {
-        slot.depth.store(-1, std::memory_order_relaxed);
-        slot.target.store(tid, std::memory_order_release);
-        if (::syscall(SYS_tgkill, pid, tid, sig) == 0) {
-          const auto deadline = std::chrono::steady_clock::now() + per_thread;
-          while ((depth = slot.depth.load(std::memory_order_acquire)) < 0 &&
-                 std::chrono::steady_clock::now() < deadline) {
-            std::this_thread::sleep_for(std::chrono::microseconds(200));
-          }
-          if (depth >= 0) pcs = slot.pcs;
+    const std::vector<int> tids = thread_ids();
+    std::vector<std::array<void*, kMaxDepth>> pcs(tids.size());
+    std::vector<int> depths(tids.size(), -1);
+    for (size_t first = 0; first < tids.size(); first += kSlots) {
+      const size_t last = std::min(tids.size(), first + kSlots);
+      // Ask every thread of this batch, then wait for all of them together.
+      std::vector<std::pair<size_t, Slot*>> asked;
+      for (size_t i = first, s = 0; i < last; ++i) {
+        if (tids[i] == self) {
+          depths[i] = ::backtrace(pcs[i].data(), kMaxDepth);
+          continue;
         }
-        // A late answer must not land in the next thread's capture.
-        slot.target.store(0, std::memory_order_release);
+        while (s < slots.size() && slots[s].retired) ++s;
+        if (sig == 0 || s == slots.size()) continue;
+        Slot& slot = slots[s++];
+        slot.depth.store(-1, std::memory_order_relaxed);
+        slot.key.store(capture | static_cast<uint32_t>(tids[i]), std::memory_order_release);
+        if (::syscall(SYS_tgkill, pid, tids[i], sig) == 0) {
+          asked.emplace_back(i, &slot);
+        } else {
+          slot.key.store(0, std::memory_order_release);  // The thread has exited.
+        }
       }
-      t.answered = depth >= 0;
-      for (int i = 0; i < depth; ++i) symbolise(pcs[i], t.frames);
+      const auto deadline = std::chrono::steady_clock::now() + budget;
+      for (const auto& [i, slot] : asked) {
+        while (slot->depth.load(std::memory_order_acquire) < 0 &&
+               std::chrono::steady_clock::now() < deadline) {
+          std::this_thread::sleep_for(std::chrono::microseconds(200));
+        }
+        uint64_t key = capture | static_cast<uint32_t>(tids[i]);
+        if (!slot->key.compare_exchange_strong(key, 0, std::memory_order_acq_rel)) {
+          // Claimed: the thread is copying its few addresses now, or has.
+          const auto grace = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+          while (slot->depth.load(std::memory_order_acquire) < 0 &&
+                 std::chrono::steady_clock::now() < grace) {
+            std::this_thread::yield();
+          }
+          if (const int depth = slot->depth.load(std::memory_order_acquire); depth >= 0) {
+            pcs[i] = slot->pcs;
+            depths[i] = depth;
+            slot->key.store(0, std::memory_order_release);
+          } else {
+            slot->retired = true;  // Its late write must not land in a later capture.
+          }
+        }
+      }
+    }
+    for (size_t i = 0; i < tids.size(); ++i) {
+      ThreadStack t;
+      t.tid = tids[i];
+      t.name = thread_name(tids[i]);
+      t.main = tids[i] == pid;
+      t.answered = depths[i] >= 0;
+      for (int d = 0; d < depths[i]; ++d) symbolise(pcs[i][d], t.frames);
       stacks.push_back(std::move(t));
     }
   } catch (...) {

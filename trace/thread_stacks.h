@@ -28,12 +28,12 @@ struct ThreadStack {
   std::vector<StackFrame> frames;  // Folded: the program's own frames only.
 };
 
-// Captures every thread's stack: each other thread is asked by a real-time signal (SIGRTMIN + 4,
-// where the program keeps its default action) to record its return addresses, waiting at most
-// `per_thread` for each; then the addresses are symbolised here. Thread-safe (captures are
-// serialised); never throws (a thread that cannot be asked is reported unanswered).
+// Captures every thread's stack: the other threads are asked at once by a real-time signal
+// (SIGRTMIN + 4, where the program keeps its default action) to record their return addresses,
+// and waited for together, at most `budget`; then the addresses are symbolised here. Thread-safe
+// (captures are serialised); never throws (a thread that cannot be asked is reported unanswered).
 std::vector<ThreadStack> capture_thread_stacks(
-    std::chrono::milliseconds per_thread = std::chrono::milliseconds(200));
+    std::chrono::milliseconds budget = std::chrono::milliseconds(1000));
 
 // The frames of return addresses `pcs` (innermost first), symbolised and folded as above; used
 // for the flight recorder's per-op stacks (trace/op_stack.h). Thread-safe; never throws.

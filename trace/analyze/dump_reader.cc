@@ -255,11 +255,14 @@ class DumpParser {
         continue;
       }
       bool main = false;
+      bool answered = true;  // Dumps before "answered" was written had only answered threads.
       std::vector<std::string> frames;
       cur_.begin_object();
       while (cur_.next_key(key)) {
         if (key == "main" && cur_.peek() == JsonKind::kBool) {
           main = cur_.read_bool();
+        } else if (key == "answered" && cur_.peek() == JsonKind::kBool) {
+          answered = cur_.read_bool();
         } else if (key == "frames" && cur_.peek() == JsonKind::kArray) {
           cur_.begin_array();
           while (cur_.next_element()) {
@@ -290,7 +293,10 @@ class DumpParser {
           cur_.skip_value();
         }
       }
-      if (main) dump_.main_stack = fmt::format("{}", fmt::join(frames, " <- "));
+      if (main) {
+        dump_.main_stack = answered ? fmt::format("{}", fmt::join(frames, " <- "))
+                                    : "(no stack: the thread did not answer in time)";
+      }
     }
   }
 
