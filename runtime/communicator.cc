@@ -244,7 +244,8 @@ WorkHandle Communicator::enqueue(Op&& op, OpOptions options, const CallSite& cal
   // An op queued behind one not yet finished means the caller is pipelining: from then on the
   // worker runs the queue. A coalescing block's members wait for their closing entry.
   const bool pipelining = (busy_ || !queue_.empty()) && !coalescing_;
-  push_locked(Task{std::move(op), work, {}, nullptr, std::move(debug)});
+  work->op_.emplace(std::move(op));
+  push_locked(Task{work, nullptr});
   if (!(options.async_op || pipelining) || !release_locked(queue_.size())) return work;
   queue_lock.unlock();
   cv_.notify_one();
@@ -533,25 +534,22 @@ std::optional<trace::OpRecord> Communicator::running_record() const {
     }
     return std::nullopt;
   }
-  WorkHandle running;
-  {
-    std::lock_guard lock(mu_);
-    running = running_;
-  }
-  if (!running) return std::nullopt;
-  return running->record();
+  // Under mu_: the runner clears running_ under it before it lets go of the work.
+  std::lock_guard lock(mu_);
+  if (running_ == nullptr) return std::nullopt;
+  return running_->record();
 }
 
 void Communicator::post_job(std::function<void()> job) {
   {
     std::lock_guard lock(mu_);
-    push_locked(Task{Op{}, nullptr, {}, std::move(job), nullptr});
+    push_locked(Task{nullptr, std::move(job)});
     release_locked(queue_.size());
   }
   cv_.notify_one();
 }
 
-void Communicator::push_locked(Task task) {
+void Communicator::push_locked(Task&& task) {
   queue_.push_back(std::move(task));
   unreleased_.fetch_add(1, std::memory_order_relaxed);
   queued_registry().unreleased.fetch_add(1, std::memory_order_relaxed);
@@ -578,7 +576,7 @@ Communicator::Task Communicator::take_front_locked() {
     queued_registry().unreleased.fetch_sub(1, std::memory_order_relaxed);
   }
   busy_ = true;
-  running_ = task.work;
+  running_ = task.work.get();
   return task;
 }
 
@@ -672,13 +670,15 @@ void Communicator::run_task(Task& task) {
     return;
   }
   Work& work = *task.work;
-  const Op& op = task.op;
+  Op& op = *work.op_;
   if (op.kind == OpKind::kCoalesced) return finish_coalesced(task);
   if (aborted_.load(std::memory_order_relaxed)) {
     work.mark_failed(Error(ErrorCode::kAborted, context(work), "the communicator was aborted"));
     return;
   }
-  work.mark_started();
+  const int64_t start_ns = trace::steady_now_ns();
+  op.started = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(start_ns));
+  work.mark_started(start_ns);
   try {
     if (op.reducer) take_reducer_failure();  // Left by an op of this thread that failed.
     backend_->run(op);
@@ -687,7 +687,8 @@ void Communicator::run_task(Task& task) {
       if (auto failure = take_reducer_failure())
         throw Error(ErrorCode::kInvalidArgument, {}, *failure);
     }
-    if (task.debug) task.debug->output = tensor_stats(op.output);
+    // Set before the work was queued, and never after: read without the record's lock.
+    if (work.record_.debug) work.record_.debug->output = tensor_stats(op.output);
     work.mark_completed();
   } catch (const Error& e) {
     // Backends know the failure but not the op's identity: add it.
@@ -1184,7 +1185,9 @@ WorkHandle Communicator::end_coalescing(CallSite caller) {
     if (model_ == ExecutionModel::kRunToCompletion) {
       // Behind every member on the one queue: they are done when it runs, which happens like a
       // member's (on the first waiter, or the worker).
-      push_locked(Task{std::move(op), work, std::move(members), nullptr, nullptr});
+      work->op_.emplace(std::move(op));
+      work->members_ = std::move(members);
+      push_locked(Task{work, nullptr});
       return work;
     }
   }
@@ -1199,7 +1202,7 @@ WorkHandle Communicator::end_coalescing(CallSite caller) {
 void Communicator::finish_coalesced(Task& task) {
   Work& work = *task.work;
   work.mark_started();
-  for (const WorkHandle& m : task.members) {
+  for (const WorkHandle& m : work.members_) {
     if (auto e = m->error()) {
       // The member has reported its own failure to the watchdog already.
       const Error failed = CoalescedPending::member_failed(*m, *e);

@@ -293,12 +293,11 @@ class Communicator {
     BufferView output;
   };
 
+  // A queued op (its Op and, for a kCoalesced closing entry, its members are in the Work), or
+  // internal work.
   struct Task {
-    Op op;
     WorkHandle work;
-    std::vector<WorkHandle> members;           // A kCoalesced closing entry's members.
-    std::function<void()> job;                 // Internal work (split) run on the worker, untraced.
-    std::shared_ptr<trace::DebugStats> debug;  // Shared with the record in debug mode.
+    std::function<void()> job;  // Internal work (split) run on the worker, untraced.
   };
 
   class Driver;
@@ -325,7 +324,7 @@ class Communicator {
   // any (the caller then notifies cv_ after unlocking).
   bool release_locked(size_t count);
   // Queues `task`, not yet released to the worker; mu_ held.
-  void push_locked(Task task);
+  void push_locked(Task&& task);
   // Takes the queue's first task for this thread (busy_ set); mu_ held.
   Task take_front_locked();
   // Before this thread blocks: starts the queued ops of every other communicator of the process
@@ -422,7 +421,7 @@ class Communicator {
   bool coalesced_collective_ = false;  // The block has bumped collective_seq_.
   bool coalesced_p2p_ = false;         // The block has bumped p2p_seq_.
   std::vector<WorkHandle> coalesced_;  // The open block's members.
-  WorkHandle running_;                 // The op executing now, on the worker or inline.
+  Work* running_ = nullptr;            // The op executing now, on the worker or inline.
   std::vector<uint64_t> sent_;         // Sends so far to each group rank.
   std::vector<uint64_t> received_;     // Receives so far from each group rank.
   std::thread worker_;              // Started by the first op: idle communicators cost no thread.

@@ -62,6 +62,10 @@ struct Op {
   // How it runs: chosen by the backend at enqueue (Backend::choose_algorithm), then recorded and
   // followed.
   Algorithm algorithm = Algorithm::kLibrary;
+  // When a queued op began running: the start time its record shows, set by the communicator
+  // just before Backend::run(), so that a backend's deadline costs no clock read of its own.
+  // Unset (the epoch) for launched ops.
+  std::chrono::steady_clock::time_point started{};
 };
 
 // The message size S of `op` as nccl-tests defines it (the whole array for all_gather,
@@ -75,6 +79,15 @@ uint64_t blocks_hash(const Op& op);
 
 // How `op` folds: its Reducer or its built-in op on its input's dtype.
 Reduction reduction_of(const Op& op);
+
+// `timeout` after `op` began running; after now for an op whose start is unset.
+inline std::chrono::steady_clock::time_point deadline_after(
+    const Op& op, std::chrono::steady_clock::duration timeout) {
+  const auto start = op.started != std::chrono::steady_clock::time_point{}
+                         ? op.started
+                         : std::chrono::steady_clock::now();
+  return start + timeout;
+}
 
 // Fills `rec`, a fresh record, with what `op`, called at `caller`, on `comm` says: kind, dtype,
 // reduce op, counts, shapes, bytes, root or peer, timeout, the caller's scope and thread. The

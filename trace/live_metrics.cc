@@ -32,7 +32,12 @@ void LiveMetrics::on_end(const OpRecord& r) {
       kExecTimeBucketsSeconds.begin();
   Shard& shard = shards_[r.comm->uid % kShards];
   std::lock_guard lock(shard.lock);
-  Totals& t = shard.totals[Key{r.comm->global_rank, r.comm->uid, r.kind, size_bucket(r.bytes)}];
+  const Key key{r.comm->global_rank, r.comm->uid, r.kind, size_bucket(r.bytes)};
+  if (shard.last == nullptr || shard.last_key != key) {
+    shard.last = &shard.totals[key];
+    shard.last_key = key;
+  }
+  Totals& t = *shard.last;
   if (!t.comm) {
     t.comm = r.comm;
     t.op = r.op;
@@ -99,6 +104,7 @@ void LiveMetrics::reset() {
   for (Shard& shard : shards_) {
     std::lock_guard lock(shard.lock);
     shard.totals.clear();
+    shard.last = nullptr;
   }
 }
 

@@ -278,7 +278,7 @@ class GlooBackend : public Backend {
 
   void dispatch(const Op& op) {
     const auto timeout = gloo_timeout(op);
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    const auto deadline = deadline_after(op, timeout);
     P2POp single;
     switch (op.algorithm) {
       case Algorithm::kNone:

@@ -271,7 +271,7 @@ class InprocBackend : public Backend {
   std::string version() const override { return "meshrt-inproc-1"; }
 
   void run(const Op& op) override {
-    const auto deadline = Clock::now() + op.timeout;
+    const auto deadline = deadline_after(op, op.timeout);
     switch (op.kind) {
       case OpKind::kSend:
         return p2p_batch({P2POp{P2POp::Dir::kSend, op.input, op.root, op.tag}}, deadline);
